@@ -1,0 +1,1 @@
+complete --command spotctl --no-files --arguments "(env _SPOTCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) spotctl)" --condition "env _SPOTCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) spotctl"

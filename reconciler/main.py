@@ -1,0 +1,128 @@
+"""spot-reconciler: one reconcile pass per invocation (the systemd timer's job).
+
+Exit codes are the ones spotctl uses: 0 ok (or skipped: another pass holds the
+lock), 3 config, 5 unknown region, 7 partial, 8 backend unavailable, 9 state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import time
+
+from spotctl.core.errors import ExitCode, SpotctlError
+
+log = logging.getLogger("spot-reconciler")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        d = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name,
+             "msg": record.getMessage()}
+        if record.exc_info:
+            d["exc"] = self.formatException(record.exc_info)
+        return json.dumps(d)
+
+
+def setup_logging(fmt: str, level: int) -> None:
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [h]
+    root.setLevel(level)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="spot-reconciler",
+        description="Run one spotctl reconcile pass for a region (for a systemd timer).",
+        epilog="Exit status: 0 ok or skipped, 3 config, 5 unknown region, 7 partial, 8 backend unavailable, "
+               "9 state database, 1 unexpected.")
+    p.add_argument("--region", "-r", default=os.environ.get("SPOTCTL_REGION"), help="region (default: config default)")
+    p.add_argument("--config", help="config file (same as SPOTCTL_CONFIG)")
+    p.add_argument("--state-dir", help="state directory (default: $XDG_STATE_HOME/spotctl)")
+    p.add_argument("--dry-run", action="store_true", help="observe and plan, act on nothing")
+    p.add_argument("--log-format", choices=("plain", "json"), default=os.environ.get("SPOTCTL_LOG_FORMAT", "plain"))
+    p.add_argument("--metrics-file", help="write Prometheus textfile metrics here (atomically)")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    setup_logging(args.log_format, logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING)
+    try:
+        from spotctl.core.config import load_config
+        from spotctl.ops.reconcile import run_pass
+        from spotctl.wiring import build_runtime
+
+        env = dict(os.environ)
+        if args.config:
+            env["SPOTCTL_CONFIG"] = args.config
+        config = load_config(env=env, flags={"default_region": args.region, "state_dir": args.state_dir})
+        rt = build_runtime(config, args.region, actor=f"spot-reconciler@{socket.gethostname()}",
+                           progress=lambda m: log.info("%s", m))
+        try:
+            result = run_pass(rt, dry_run=args.dry_run)
+        finally:
+            rt.store.close()
+    except SpotctlError as e:
+        log.error("%s%s", e.message, f" (hint: {e.hint})" if e.hint else "")
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)
+    summary = {
+        "region": result.region, "status": result.status, "duration_s": round(result.duration_s, 3),
+        "actions": len(result.plan.actions) if result.plan else 0,
+        "outcomes": {s: sum(1 for o in result.outcomes if o.status == s) for s in ("ok", "failed", "partial", "skipped")},
+        "tokens_used": result.tokens_used, "tokens_left": round(result.tokens_left, 3),
+        "degraded": sorted(result.degraded),
+    }
+    print(json.dumps(summary))
+    if args.metrics_file:
+        write_metrics(args.metrics_file, result)
+    return 0 if result.status in ("ok", "skipped", "dry-run") else int(ExitCode.PARTIAL)
+
+
+def write_metrics(path: str, result) -> None:
+    r = result.region
+    lines = [
+        "# HELP spotctl_pass_duration_seconds Duration of the last reconcile pass.",
+        "# TYPE spotctl_pass_duration_seconds gauge",
+        f'spotctl_pass_duration_seconds{{region="{r}"}} {result.duration_s:.6f}',
+        "# HELP spotctl_pass_timestamp_seconds When the last pass started.",
+        "# TYPE spotctl_pass_timestamp_seconds gauge",
+        f'spotctl_pass_timestamp_seconds{{region="{r}"}} {result.started_at:.3f}',
+        "# HELP spotctl_pass_ok Whether the last pass completed without degradation.",
+        "# TYPE spotctl_pass_ok gauge",
+        f'spotctl_pass_ok{{region="{r}"}} {1 if result.status in ("ok", "skipped") else 0}',
+        "# HELP spotctl_budget_tokens_left Tokens left in the region's budget.",
+        "# TYPE spotctl_budget_tokens_left gauge",
+        f'spotctl_budget_tokens_left{{region="{r}"}} {result.tokens_left:.3f}',
+        "# HELP spotctl_actions_total Actions taken by the last pass, by kind and status.",
+        "# TYPE spotctl_actions_total gauge",
+    ]
+    counts: dict[tuple[str, str], int] = {}
+    for o in result.outcomes:
+        counts[(o.kind, o.status)] = counts.get((o.kind, o.status), 0) + 1
+    for (kind, status), n in sorted(counts.items()):
+        lines.append(f'spotctl_actions_total{{region="{r}",kind="{kind}",status="{status}"}} {n}')
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
+def run() -> None:
+    t0 = time.monotonic()
+    code = main()
+    log.debug("exit %s after %.3fs", code, time.monotonic() - t0)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    run()

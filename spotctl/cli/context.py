@@ -1,0 +1,68 @@
+"""The CLI's typed context object (``ctx.obj``): global options, lazily built config and runtime."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import typer
+
+
+@dataclass
+class AppState:
+    output: str | None = None
+    region: str | None = None
+    verbosity: int = 0
+    quiet: bool = False
+    debug: bool = False
+    config_path: str | None = None
+    state_dir: str | None = None
+    command: str = ""
+    _config: object = None
+    _runtime: object = None
+    cleanups: list = field(default_factory=list)
+
+    def config(self):
+        if self._config is None:
+            from spotctl.core.config import load_config
+
+            env = dict(os.environ)
+            if self.config_path:
+                env["SPOTCTL_CONFIG"] = self.config_path
+            self._config = load_config(env=env, flags={"default_region": self.region, "state_dir": self.state_dir,
+                                                      "output": self.output})
+        return self._config
+
+    def fmt(self) -> str:
+        """table | json | yaml: flags > SPOTCTL_OUTPUT > config file > table on a TTY, JSON otherwise."""
+        out = self.output or os.environ.get("SPOTCTL_OUTPUT")
+        if not out and self._config is not None:
+            out = self._config.output
+        if not out or out == "auto":
+            return "table" if sys.stdout.isatty() else "json"
+        return out
+
+    def runtime(self):
+        if self._runtime is None:
+            from spotctl.wiring import build_runtime
+
+            self._runtime = build_runtime(self.config(), self.region, progress=self.progress)
+            self.cleanups.append(self._runtime.store.close)
+        return self._runtime
+
+    def progress(self, message: str) -> None:
+        if not self.quiet:
+            print(f"spotctl: {message}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        while self.cleanups:
+            self.cleanups.pop()()
+
+
+def state(ctx: typer.Context) -> AppState:
+    obj = ctx.find_root().obj
+    if not isinstance(obj, AppState):
+        obj = ctx.find_root().obj = AppState()
+    obj.command = ctx.command.name or obj.command
+    return obj

@@ -1,0 +1,46 @@
+"""spotctl drain"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from spotctl.core.errors import ExitCode
+
+from . import render
+from .context import state
+
+app = typer.Typer()
+
+
+@app.command()
+def drain(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="Node id (see `spotctl status`).")],
+    reason: Annotated[str, typer.Option("--reason", help="Why: recorded in the audit log and shown to schedulers.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check the node can be drained; change nothing.")] = False,
+) -> None:
+    """Drain a spot node in every scheduler at once (cordon, requeue or evict its work).
+
+    The reconciler deletes the node once it is empty (or the drain time is up).
+
+    Example: spotctl drain spot-gp-az1-1a2b3c4d --reason "hypervisor maintenance"
+    """
+    st = state(ctx)
+    from spotctl.ops.operator import drain as do_drain
+
+    out, facts = do_drain(st.runtime(), node, reason, dry_run=dry_run)
+    data = {**facts, "dry_run": dry_run, "outcome": out.to_dict() if out else None}
+    code = ExitCode.OK if out is None or out.status == "ok" else ExitCode.PARTIAL
+    render.emit(st.fmt(), "drain", data, status="ok" if code == 0 else out.status, exit_code=code, table=_table)
+    if code:
+        raise typer.Exit(int(code))
+
+
+def _table(console, d: dict) -> None:
+    o = d["outcome"]
+    if o is None:
+        console.print(f"dry run: {d['node']} ({d['state']}) can be drained")
+        return
+    console.print(f"drain {o['status']}: {d['node']} in pool {d['pool']}" + (f" — {o['detail']}" if o["detail"] else ""))

@@ -1,0 +1,122 @@
+"""The ``spotctl`` Typer app: global options, command composition, the one error catch site."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from spotctl.core.errors import ExitCode, SpotctlError
+
+from . import config_cmd, drain, launch, plan, reconcile, simulate, status, version
+from .context import AppState, state
+
+HELP = """Spot Capacity Orchestrator for on-premises OpenStack clouds.
+
+Sells idle and not-yet-used reserved capacity as preemptible spot nodes to
+batch work pending in Kubernetes and Slurm, and hands it back on time.
+
+With no configuration, spotctl uses the built-in demo region (a simulated
+cloud, provider and schedulers): try `spotctl plan`, then `spotctl reconcile`.
+
+Output: a table on a terminal, JSON otherwise; -o json|yaml|table to choose.
+Exit codes: 0 ok, 1 unexpected, 2 usage, 3 config, 4 auth, 5 not found,
+6 refused, 7 partial, 8 backend unavailable, 9 state database, 130 interrupted.
+"""
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class SpotctlGroup(TyperGroup):
+    """Runs commands inside the single place that turns errors into exit codes."""
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except SpotctlError as e:
+            _report(ctx, e)
+            raise typer.Exit(int(e.exit_code)) from None
+        except KeyboardInterrupt:
+            sys.stderr.write("spotctl: interrupted\n")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        finally:
+            obj = ctx.obj
+            if isinstance(obj, AppState):
+                obj.close()
+
+
+def _report(ctx: typer.Context, e: SpotctlError) -> None:
+    from . import render
+
+    obj = ctx.obj if isinstance(ctx.obj, AppState) else AppState()
+    if obj.debug:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+    try:
+        fmt = obj.fmt()
+    except Exception:
+        fmt = "table"
+    if fmt in ("json", "yaml"):
+        render.emit(fmt, obj.command or (ctx.invoked_subcommand or ""), None, status="error",
+                    exit_code=int(e.exit_code), errors=[e.to_dict()])
+    render.error(e.message, e.hint)
+
+
+app = typer.Typer(cls=SpotctlGroup, help=HELP, no_args_is_help=True, add_completion=True,
+                  context_settings={"help_option_names": ["-h", "--help"]}, rich_markup_mode=None)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    output: Annotated[Optional[OutputFormat], typer.Option(
+        "-o", "--output", help="Output format: table, json or yaml (default: table on a TTY, JSON otherwise).",
+        show_default=False, case_sensitive=False)] = None,
+    region: Annotated[Optional[str], typer.Option(
+        "--region", "-r", help="Region to act on (default: the config's default_region, else 'demo').",
+        envvar="SPOTCTL_REGION", show_envvar=True)] = None,
+    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")] = 0,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or warnings on stderr.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs on errors.")] = False,
+    config: Annotated[Optional[str], typer.Option(
+        "--config", help="Config file to use instead of the user file (same as SPOTCTL_CONFIG).",
+        show_default=False)] = None,
+    state_dir: Annotated[Optional[str], typer.Option(
+        "--state-dir", help="Directory of the region state databases (default: $XDG_STATE_HOME/spotctl).",
+        show_default=False)] = None,
+) -> None:
+    ctx.obj = AppState(output=output.value if output else None, region=region, verbosity=verbose, quiet=quiet, debug=debug,
+                       config_path=config, state_dir=state_dir)
+    level = logging.DEBUG if (debug or verbose >= 2) else logging.INFO if verbose == 1 else (
+        logging.ERROR if quiet else logging.WARNING)
+    setup_logging(level)
+
+
+def setup_logging(level: int) -> None:
+    root = logging.getLogger()
+    if not any(getattr(h, "_spotctl", False) for h in root.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("spotctl: %(levelname)s: %(message)s"))
+        h._spotctl = True  # type: ignore[attr-defined]
+        root.addHandler(h)
+    root.setLevel(level)
+
+
+for module in (plan, status, reconcile, launch, drain, simulate, config_cmd, version):
+    app.add_typer(module.app)
+
+__all__ = ["app", "run", "state"]
+
+
+def run() -> None:
+    """Console entry point."""
+    app(prog_name="spotctl")

@@ -1,0 +1,71 @@
+"""spotctl plan"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from . import render
+from .context import state
+
+app = typer.Typer()
+
+
+@app.command()
+def plan(
+    ctx: typer.Context,
+    explain: Annotated[bool, typer.Option("--explain", help="Also show why each unit of demand was or was not placed.")] = False,
+) -> None:
+    """Show what the next reconcile pass would do, and why. Changes nothing.
+
+    Example: spotctl plan --explain
+    """
+    st = state(ctx)
+    from spotctl.ops.plan import show_plan
+
+    result, degraded = show_plan(st.runtime())
+    data = result.to_dict(explain=explain)
+    data["degraded"] = degraded
+    render.emit(st.fmt(), "plan", data, table=lambda c, d: _table(c, d, explain))
+
+
+def _table(console, d: dict, explain: bool) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"Plan {d['id']} for region {d['region']} at {render.ts(d['now'])}", title_justify="left")
+    for col in ("#", "kind", "pool", "node", "count", "priority", "reason"):
+        t.add_column(col, overflow="fold")
+    for i, a in enumerate(d["actions"], 1):
+        t.add_row(str(i), a["kind"], a.get("pool") or "-", a.get("node") or "-", str(a.get("count", "")),
+                  a["priority"], a["reason"])
+    if not d["actions"]:
+        t.add_row("-", "none", "-", "-", "", "", "nothing to do")
+    console.print(t)
+    dm = d["demand"]
+    console.print(f"demand: {dm['pending']} pending units {dm['by_scheduler']}; "
+                  f"{dm['covered_by_existing_nodes']} fit existing nodes, {dm['placed_on_new_nodes']} on new nodes, "
+                  f"{dm['unplaced']} unplaced, {dm['excluded']} excluded")
+    for reason, n in d["unplaced"].items():
+        console.print(f"  unplaced ×{n}: {reason}")
+    inp = d["inputs"]
+    console.print(f"inputs: rate card {inp['rate_card_version']}, calendar {inp['calendar_id']}, "
+                  f"budget {inp['budget_tokens']} tokens")
+    if d.get("degraded"):
+        for src, msg in d["degraded"].items():
+            console.print(f"[yellow]degraded[/yellow] {src}: {msg}")
+    if explain:
+        p = Table(title="Pools (cheapest and least risky first)", title_justify="left")
+        for col in ("pool", "kind", "class", "az", "price/h", "score", "headroom", "nodes", "next calendar drop"):
+            p.add_column(col)
+        for pool in sorted(d["pools"], key=lambda x: (x["score"] is None, x["score"] or 0, x["name"])):
+            nxt = pool["calendar_next_drop"]
+            p.add_row(pool["name"], pool["kind"], pool["class"], pool["az"], f"{pool['price']}" if pool["price"] is not None else "-",
+                      f"{pool['score']}" if pool["score"] is not None else "-", str(pool["headroom"]),
+                      f"{pool['nodes']}/{pool['max_nodes']}",
+                      f"{render.ts(nxt['at'])} → {nxt['capacity']}" if nxt else "-")
+        console.print(p)
+        for line in d.get("explain", []):
+            console.print(f"  {line}")
+        for reason, n in d["demand"]["excluded_reasons"].items():
+            console.print(f"  excluded ×{n}: {reason}")

@@ -1,0 +1,81 @@
+"""Rendering: results are data; this turns them into JSON, YAML or tables.
+
+stdout carries data only. Errors, warnings and progress go to stderr. JSON
+is a versioned envelope (``spotctl_result_version``) that scripts rely on;
+``tests/cli/test_result_contract.py`` pins its shape.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+RESULT_VERSION = 1
+
+
+def envelope(command: str, data, *, status: str = "ok", exit_code: int = 0, errors: list | None = None) -> dict:
+    return {
+        "spotctl_result_version": RESULT_VERSION,
+        "command": command,
+        "status": status,
+        "exit_code": int(exit_code),
+        "data": data,
+        "errors": errors or [],
+    }
+
+
+def emit(fmt: str, command: str, data, *, status: str = "ok", exit_code: int = 0,
+         table: Callable | None = None, errors: list | None = None) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(envelope(command, data, status=status, exit_code=exit_code, errors=errors),
+                                    indent=2, sort_keys=False, default=str) + "\n")
+    elif fmt == "yaml":
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(json.loads(json.dumps(
+            envelope(command, data, status=status, exit_code=exit_code, errors=errors), default=str)),
+            sort_keys=False))
+    elif table is not None:
+        table(console(), data)
+    else:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    no_color = bool(os.environ.get("NO_COLOR"))
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False,
+                   force_terminal=None if stream.isatty() else False, width=None if stream.isatty() else 160)
+
+
+def error(message: str, hint: str | None = None) -> None:
+    sys.stderr.write(f"spotctl: error: {message}\n")
+    if hint:
+        sys.stderr.write(f"spotctl: hint: {hint}\n")
+    sys.stderr.flush()
+
+
+def ts(t: float | None) -> str:
+    if t is None:
+        return "-"
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 0:
+        return f"-{duration(-s)}"
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -1,0 +1,128 @@
+"""One error tree for the whole project.
+
+Every error the user can meet is a :class:`SpotctlError` with a stable ``code``
+(for scripts reading JSON) and an :class:`ExitCode` (for shells). Adapters
+translate SDK errors into these at their boundary; the CLI and the reconciler
+have exactly one place each that catches them.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes shared by ``spotctl`` and ``spot-reconciler``.
+
+    The man pages' EXIT STATUS section is generated from this enum.
+    """
+
+    OK = 0
+    UNEXPECTED = 1
+    USAGE = 2
+    CONFIG = 3
+    AUTH = 4
+    NOT_FOUND = 5
+    REFUSED = 6
+    PARTIAL = 7
+    UNAVAILABLE = 8
+    STATE = 9
+    INTERRUPTED = 130
+
+
+EXIT_CODE_HELP: dict[ExitCode, str] = {
+    ExitCode.OK: "success (also: a pass skipped because another pass holds the lock)",
+    ExitCode.UNEXPECTED: "unexpected internal error (a bug: run again with --debug and report it)",
+    ExitCode.USAGE: "bad command-line usage (unknown option, invalid value)",
+    ExitCode.CONFIG: "invalid configuration (malformed file, unknown key, bad value)",
+    ExitCode.AUTH: "authentication or authorisation failed",
+    ExitCode.NOT_FOUND: "a named thing does not exist (region, pool, node, record)",
+    ExitCode.REFUSED: "refused: a guardrail, limit, budget or conflicting state forbids it",
+    ExitCode.PARTIAL: "partial: the pass ran but some steps failed or a source was unavailable",
+    ExitCode.UNAVAILABLE: "a backend (cloud, scheduler, feed) could not be reached",
+    ExitCode.STATE: "the state database is unreadable or corrupt (nothing was changed)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C / SIGINT)",
+}
+
+
+class SpotctlError(Exception):
+    """Base of every error spotctl reports to a user."""
+
+    code = "error"
+    exit_code = ExitCode.UNEXPECTED
+
+    def __init__(self, message: str, *, hint: str | None = None, details: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = details or {}
+
+    def to_dict(self) -> dict:
+        d = {"code": self.code, "message": self.message}
+        if self.hint:
+            d["hint"] = self.hint
+        if self.details:
+            d["details"] = self.details
+        return d
+
+
+class UsageError(SpotctlError):
+    code = "usage"
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(SpotctlError):
+    code = "config"
+    exit_code = ExitCode.CONFIG
+
+
+class AuthError(SpotctlError):
+    code = "auth"
+    exit_code = ExitCode.AUTH
+
+
+class NotFoundError(SpotctlError):
+    code = "not_found"
+    exit_code = ExitCode.NOT_FOUND
+
+
+class RefusedError(SpotctlError):
+    code = "refused"
+    exit_code = ExitCode.REFUSED
+
+
+class PartialError(SpotctlError):
+    code = "partial"
+    exit_code = ExitCode.PARTIAL
+
+
+class UnavailableError(SpotctlError):
+    """A backend could not be reached or answered with a server error."""
+
+    code = "unavailable"
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class TemporaryError(UnavailableError):
+    """Retry later (409/429/5xx/timeouts). Steps return it as an outcome."""
+
+    code = "temporary"
+
+
+class CapacityError(SpotctlError):
+    """The cloud has no room (NoValidHost, quota exceeded) in one pool."""
+
+    code = "capacity"
+    exit_code = ExitCode.REFUSED
+
+
+class StateError(SpotctlError):
+    """The state database cannot be used; nothing was written."""
+
+    code = "state"
+    exit_code = ExitCode.STATE
+
+
+class InterruptedError_(SpotctlError):
+    code = "interrupted"
+    exit_code = ExitCode.INTERRUPTED

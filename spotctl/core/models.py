@@ -1,0 +1,276 @@
+"""Domain models: plain, immutable where possible, stdlib only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Shape:
+    """A resource vector: what a node offers or a unit of work asks for."""
+
+    vcpu: int = 0
+    ram_mb: int = 0
+    gpus: int = 0
+
+    def fits_in(self, other: "Shape") -> bool:
+        return self.vcpu <= other.vcpu and self.ram_mb <= other.ram_mb and self.gpus <= other.gpus
+
+    def __add__(self, o: "Shape") -> "Shape":
+        return Shape(self.vcpu + o.vcpu, self.ram_mb + o.ram_mb, self.gpus + o.gpus)
+
+    def __sub__(self, o: "Shape") -> "Shape":
+        return Shape(self.vcpu - o.vcpu, self.ram_mb - o.ram_mb, self.gpus - o.gpus)
+
+    def times(self, n: int) -> "Shape":
+        return Shape(self.vcpu * n, self.ram_mb * n, self.gpus * n)
+
+    def count_in(self, room: "Shape") -> int:
+        """How many of this shape fit in ``room`` (per dimension, whole units)."""
+        counts = []
+        for need, have in ((self.vcpu, room.vcpu), (self.ram_mb, room.ram_mb), (self.gpus, room.gpus)):
+            if need > 0:
+                counts.append(max(0, have) // need)
+            elif have < 0:
+                return 0
+        return min(counts) if counts else 0
+
+    def clamp(self) -> "Shape":
+        return Shape(max(0, self.vcpu), max(0, self.ram_mb), max(0, self.gpus))
+
+    def to_dict(self) -> dict:
+        return {"vcpu": self.vcpu, "ram_mb": self.ram_mb, "gpus": self.gpus}
+
+
+ZERO = Shape()
+
+
+class PoolKind(StrEnum):
+    VM = "vm"
+    BAREMETAL = "baremetal"
+
+
+class PoolClass(StrEnum):
+    HEADROOM = "headroom"
+    RESERVED_IDLE = "reserved-idle"
+
+
+class Scheduler(StrEnum):
+    KUBERNETES = "kubernetes"
+    SLURM = "slurm"
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesBinding:
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[str, ...] = ()  # "key=value:NoSchedule"
+
+    @property
+    def taint_keys(self) -> frozenset[str]:
+        return frozenset(t.split("=", 1)[0].split(":", 1)[0] for t in self.taints)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmBinding:
+    partition: str | None = None
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """A class of spot capacity, as configured."""
+
+    name: str
+    kind: PoolKind
+    pool_class: PoolClass
+    az: str
+    shape: Shape
+    flavor: str | None = None
+    resource_class: str | None = None
+    aggregate: str | None = None
+    image: str | None = None
+    networks: str | None = None
+    max_nodes: int = 50
+    kubernetes: KubernetesBinding = field(default_factory=KubernetesBinding)
+    slurm: SlurmBinding = field(default_factory=SlurmBinding)
+    boot_seconds: int = 120
+    cleaning_seconds: int = 0
+
+    def serves(self, unit: "WorkUnit") -> bool:
+        """Whether a unit of pending work may run on a node of this pool."""
+        if unit.scheduler is Scheduler.SLURM:
+            if unit.partition and unit.partition != self.slurm.partition:
+                return False
+            if unit.features and not set(unit.features) <= set(self.slurm.features):
+                return False
+            return self.slurm.partition is not None
+        labels = dict(self.kubernetes.labels)
+        for k, v in unit.node_selector:
+            if labels.get(k) != v:
+                return False
+        if not self.kubernetes.taint_keys <= set(unit.tolerations):
+            return False
+        return bool(self.kubernetes.labels or self.kubernetes.taints)
+
+
+class NodeState(StrEnum):
+    INTENDED = "intended"
+    BUILDING = "building"
+    ACTIVE = "active"
+    ADVISED = "advised"
+    DRAINING = "draining"
+    DELETING = "deleting"
+    GONE = "gone"
+    FAILED = "failed"
+    LOST = "lost"
+
+
+TERMINAL_STATES = frozenset({NodeState.GONE, NodeState.FAILED, NodeState.LOST})
+
+
+@dataclass(slots=True)
+class Node:
+    """A spot node as we know it (our record, not the cloud's)."""
+
+    id: str
+    pool: str
+    state: NodeState
+    action_id: str
+    created_at: float
+    updated_at: float
+    instance_id: str | None = None
+    host: str | None = None
+    reason: str = ""
+    cordoned: bool = False
+    idle_since: float | None = None
+    notice_deadline: float | None = None
+    notice_id: str | None = None
+    price: float = 0.0
+
+    @property
+    def live(self) -> bool:
+        return self.state not in TERMINAL_STATES
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "pool": self.pool,
+            "state": str(self.state),
+            "instance_id": self.instance_id,
+            "host": self.host,
+            "action_id": self.action_id,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "reason": self.reason,
+            "cordoned": self.cordoned,
+            "idle_since": self.idle_since,
+            "notice_deadline": self.notice_deadline,
+            "price": self.price,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkUnit:
+    """One unit of pending work: a pod or a Slurm job (one node's worth at most)."""
+
+    id: str
+    scheduler: Scheduler
+    shape: Shape
+    priority: int = 0
+    expected_seconds: int = 3600
+    submitted_at: float = 0.0
+    partition: str | None = None
+    features: tuple[str, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """Pending work we saw and do not treat as demand, with the reason why."""
+
+    unit_id: str
+    scheduler: Scheduler
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostCapacity:
+    """One hypervisor / bare-metal host of a pool, from Placement."""
+
+    name: str
+    pool: str
+    capacity: Shape  # (total - reserved) * allocation_ratio
+    used_other: Shape  # usage that is not ours (on-demand tenants)
+    spot_nodes: int = 0  # our spot nodes on this host
+    reserved_from: float | None = None  # a reservation takes this host at this time
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    instances: int | None = None
+    vcpu: int | None = None
+    ram_mb: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A committed reservation (Blazar lease) that takes hosts of a pool back."""
+
+    id: str
+    pool: str
+    hosts: tuple[str, ...]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """A cloud instance carrying our tags."""
+
+    id: str
+    name: str
+    pool: str
+    status: str  # BUILD | ACTIVE | ERROR | DELETED
+    action_id: str
+    host: str | None = None
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RateCard:
+    version: str
+    currency: str
+    prices: dict  # pool -> price per node-hour
+    valid_from: float
+    valid_until: float
+
+
+class NoticeKind(StrEnum):
+    HARD = "hard"
+    ADVISORY = "advisory"
+    CALENDAR = "calendar"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    id: str
+    instance_id: str
+    kind: NoticeKind
+    issued_at: float
+    deadline: float | None
+    reason: str = ""
+    pool: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    """What a scheduler says about one of our nodes."""
+
+    node: str
+    scheduler: Scheduler
+    used: Shape
+    running: int
+    cordoned: bool = False
+    last_busy_at: float | None = None

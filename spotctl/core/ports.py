@@ -1,0 +1,122 @@
+"""Ports: the small interfaces that adapters and the simulator implement.
+
+``ops`` works only through these. Real adapters (``spotctl.adapters``) and the
+embedded demo region (``spotctl.sim``) implement them; the two entry points
+choose which, through ``spotctl.wiring``.
+
+Errors: implementations raise :mod:`spotctl.core.errors` types only —
+``CapacityError`` (no room in that pool: NoValidHost, quota), ``TemporaryError``
+(retry later), ``UnavailableError`` (backend down), ``AuthError``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from .models import (
+    Exclusion,
+    HostCapacity,
+    Instance,
+    NodeUsage,
+    Notice,
+    PoolSpec,
+    Quota,
+    RateCard,
+    Reservation,
+    WorkUnit,
+)
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch (UTC)."""
+
+
+class SystemClock:
+    def now(self) -> float:
+        import time
+
+        return time.time()
+
+
+class FixedClock:
+    """A clock that only moves when told to (simulations and tests)."""
+
+    def __init__(self, t: float):
+        self.t = float(t)
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@runtime_checkable
+class CloudPort(Protocol):
+    """The private cloud: Placement/quotas, Blazar, Nova/Ironic."""
+
+    def hosts(self, pools: dict[str, PoolSpec]) -> list[HostCapacity]:
+        """Every host of every pool, with capacity, foreign usage and our node count."""
+
+    def quota(self) -> Quota:
+        """What is left of the spot project's quota."""
+
+    def reservations(self, pools: dict[str, PoolSpec], start: float, end: float) -> list[Reservation]:
+        """Committed reservations on pool hosts overlapping [start, end)."""
+
+    def instances(self) -> list[Instance]:
+        """Every instance tagged as ours in this region."""
+
+    def find_instance(self, action_id: str) -> Instance | None:
+        """The instance tagged with this action id, if it exists (idempotency)."""
+
+    def create_instance(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
+        """Create a spot instance tagged with ``action_id``; raise CapacityError when it cannot fit."""
+
+    def delete_instance(self, instance_id: str) -> None:
+        """Delete an instance; deleting one that is already gone is not an error."""
+
+    def released(self, instance_id: str) -> bool:
+        """True once the instance is gone and its allocations are freed."""
+
+
+@runtime_checkable
+class ContractPort(Protocol):
+    """The provider contract feed: rate card, notices and advisories."""
+
+    def rate_card(self) -> RateCard: ...
+
+    def notices(self) -> list[Notice]:
+        """Notices and advisories currently in force."""
+
+
+@runtime_checkable
+class SchedulerPort(Protocol):
+    """One batch scheduler (Kubernetes or Slurm)."""
+
+    name: str
+
+    def pending(self, pools: dict[str, PoolSpec]) -> tuple[list[WorkUnit], list[Exclusion]]:
+        """Pending work that more spot nodes would serve, and what was skipped and why."""
+
+    def usage(self) -> list[NodeUsage]:
+        """What runs on each of our nodes that this scheduler knows."""
+
+    def cordon(self, node: str, reason: str) -> None: ...
+
+    def drain(self, node: str, reason: str, deadline: float | None) -> None:
+        """Stop new work and move running work off the node (requeue / evict)."""
+
+    def resume(self, node: str) -> None: ...
+
+    def forget(self, node: str, reason: str) -> None:
+        """The node's instance is gone: mark it down / delete the node object."""
+
+
+class Simulation(Protocol):
+    """A world that moves on a virtual clock (the demo region)."""
+
+    def advance(self, to: float) -> None: ...
+
+    def report(self) -> dict: ...

@@ -1,0 +1,224 @@
+"""Observe: read the cloud, the contract feed and the schedulers, then bring
+our node records in line with what was seen.
+
+Each source may fail; the pass goes on degraded and says which source failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from spotctl.core.capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, forward_calendar, headroom
+from spotctl.core.errors import SpotctlError
+from spotctl.core.models import (
+    Exclusion,
+    HostCapacity,
+    Instance,
+    Node,
+    NodeState,
+    NodeUsage,
+    Notice,
+    NoticeKind,
+    Quota,
+    RateCard,
+    WorkUnit,
+)
+from spotctl.core.planner import PlanInput, build_input
+
+from .runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+RECLAIM_WINDOW = 3600
+
+
+@dataclass
+class Snapshot:
+    now: float
+    hosts: list[HostCapacity] = field(default_factory=list)
+    quota: Quota = field(default_factory=Quota)
+    reservations: list = field(default_factory=list)
+    instances: list[Instance] | None = None
+    rate_card: RateCard | None = None
+    notices: list[Notice] = field(default_factory=list)
+    units: list[WorkUnit] = field(default_factory=list)
+    exclusions: list[Exclusion] = field(default_factory=list)
+    usage: list[NodeUsage] = field(default_factory=list)
+    degraded: dict[str, str] = field(default_factory=dict)  # source -> error
+    headroom: dict[str, PoolHeadroom] = field(default_factory=dict)
+    calendars: dict[str, Calendar] = field(default_factory=dict)
+
+
+def observe(rt: Runtime) -> Snapshot:
+    now = rt.now()
+    pools = rt.region.pools
+    snap = Snapshot(now=now)
+
+    def cloud():
+        return (rt.cloud.hosts(pools), rt.cloud.quota(), rt.cloud.reservations(pools, now, now + HORIZON_SECONDS),
+                rt.cloud.instances())
+
+    def contract_rate():
+        return rt.contract.rate_card()
+
+    def contract_notices():
+        return rt.contract.notices()
+
+    tasks = {"cloud": cloud, "rate_card": contract_rate, "notices": contract_notices}
+    for s in rt.schedulers:
+        tasks[f"scheduler:{s.name}"] = (lambda s=s: (s.pending(pools), s.usage()))
+    results: dict[str, object] = {}
+    if rt.concurrent_observe:
+        with ThreadPoolExecutor(max_workers=len(tasks)) as pool:
+            futures = {name: pool.submit(fn) for name, fn in tasks.items()}
+            for name, fut in futures.items():
+                results[name] = _outcome(fut.result, name, snap)
+    else:
+        for name, fn in tasks.items():
+            results[name] = _outcome(fn, name, snap)
+    if results.get("cloud") is not None:
+        snap.hosts, snap.quota, snap.reservations, snap.instances = results["cloud"]
+    snap.rate_card = results.get("rate_card")
+    snap.notices = results.get("notices") or []
+    for s in rt.schedulers:
+        r = results.get(f"scheduler:{s.name}")
+        if r is not None:
+            (units, excl), usage = r
+            snap.units.extend(units)
+            snap.exclusions.extend(excl)
+            snap.usage.extend(usage)
+    for name, pool in pools.items():
+        snap.headroom[name] = headroom(pool, snap.hosts, now)
+        snap.calendars[name] = forward_calendar(pool, snap.hosts, snap.reservations, now)
+    rt.progress(f"observed: {len(snap.hosts)} hosts, {len(snap.units)} pending units, "
+                f"{len(snap.notices)} notices" + (f"; degraded: {', '.join(sorted(snap.degraded))}" if snap.degraded else ""))
+    return snap
+
+
+def _outcome(fn, name: str, snap: Snapshot):
+    try:
+        return fn()
+    except SpotctlError as e:
+        log.warning("source %s unavailable: %s", name, e.message)
+        snap.degraded[name] = e.message
+    except Exception as e:  # an adapter bug must not stop the other sources
+        log.exception("source %s failed", name)
+        snap.degraded[name] = f"{type(e).__name__}: {e}"
+    return None
+
+
+def sync_nodes(rt: Runtime, snap: Snapshot) -> dict[str, int]:
+    """Bring node records in line with the cloud; adopt tagged strangers; attach notices.
+
+    Returns counts of what changed.
+    """
+    with rt.store.tx():  # one transaction: cheap when nothing changed, atomic when something did
+        return _sync_nodes(rt, snap)
+
+
+def _sync_nodes(rt: Runtime, snap: Snapshot) -> dict[str, int]:
+    store, now, actor = rt.store, snap.now, rt.actor
+    changed = {"adopted": 0, "active": 0, "failed": 0, "lost": 0, "gone": 0, "noticed": 0}
+    nodes = store.nodes(live_only=True)
+    by_action = {n.action_id: n for n in nodes}
+    hard: dict[str, Notice] = {}
+    for nt in snap.notices:
+        if nt.kind is NoticeKind.HARD:
+            hard.setdefault(nt.instance_id, nt)
+    if snap.instances is not None:
+        seen = {i.action_id: i for i in snap.instances}
+        for node in nodes:
+            inst = seen.get(node.action_id)
+            with store.tx():
+                if inst is None:
+                    if node.state is NodeState.INTENDED:
+                        continue  # act() resumes it
+                    if node.state is NodeState.DELETING or node.state is NodeState.FAILED:
+                        if node.instance_id and not _released(rt, node.instance_id):
+                            continue  # gone from the list, allocations not yet freed: check next pass
+                        store.transition(node, NodeState.GONE, reason="instance deleted and its allocations freed",
+                                         at=now, actor=actor)
+                        changed["gone"] += 1
+                    elif node.notice_id and node.notice_deadline is not None:
+                        store.transition(node, NodeState.GONE, reason=f"reclaimed after notice {node.notice_id}",
+                                         at=now, actor=actor)
+                        changed["gone"] += 1
+                    else:
+                        store.transition(node, NodeState.LOST, reason="instance vanished without notice",
+                                         at=now, actor=actor)
+                        store.audit(actor=actor, action="node.lost", target=node.id, result="lost",
+                                    inputs={"pool": node.pool, "instance_id": node.instance_id}, at=now)
+                        changed["lost"] += 1
+                    _forget(rt, node)
+                    continue
+                if node.state is NodeState.INTENDED:
+                    store.transition(node, NodeState.BUILDING, reason="instance found by its action tag",
+                                     at=now, actor=actor, instance_id=inst.id, host=inst.host)
+                if inst.status == "ACTIVE" and node.state is NodeState.BUILDING:
+                    store.transition(node, NodeState.ACTIVE, reason="instance active", at=now, actor=actor,
+                                     instance_id=inst.id, host=inst.host, idle_since=now)
+                    changed["active"] += 1
+                elif inst.status == "ERROR" and node.state in (NodeState.BUILDING,):
+                    store.transition(node, NodeState.FAILED, reason="instance in ERROR", at=now, actor=actor)
+                    changed["failed"] += 1
+                nt = hard.get(inst.id)
+                if nt is not None and node.notice_id != nt.id:
+                    store.update_node(node, notice_id=nt.id, notice_deadline=nt.deadline)
+                    changed["noticed"] += 1
+        for inst in snap.instances:
+            if inst.action_id in by_action:
+                continue
+            if store.find_node(inst.name) is not None:
+                continue
+            pool = rt.region.pools.get(inst.pool)
+            if pool is None:
+                log.warning("tagged instance %s names unknown pool %s; left alone", inst.id, inst.pool)
+                continue
+            node = Node(id=inst.name, pool=inst.pool, state=NodeState.INTENDED, action_id=inst.action_id,
+                        created_at=inst.created_at or now, updated_at=now, instance_id=inst.id, host=inst.host,
+                        reason="adopted: tagged instance unknown to the state store")
+            with store.tx():
+                store.add_node(node, actor=actor, reason=node.reason)
+                store.transition(node, NodeState.BUILDING if inst.status != "ACTIVE" else NodeState.ACTIVE,
+                                 reason="adopted", at=now, actor=actor)
+                store.audit(actor=actor, action="node.adopt", target=node.id, result="ok",
+                            inputs={"instance_id": inst.id, "pool": inst.pool}, at=now)
+            changed["adopted"] += 1
+    by_instance = {n.instance_id: n for n in nodes if n.instance_id}
+    for nt in snap.notices:
+        node = by_instance.get(nt.instance_id)
+        store.see_notice(notice_id=nt.id, node_id=node.id if node else None, instance_id=nt.instance_id,
+                         kind=str(nt.kind), issued_at=nt.issued_at, deadline=nt.deadline, reason=nt.reason, at=now)
+    return changed
+
+
+def _released(rt: Runtime, instance_id: str) -> bool:
+    try:
+        return rt.cloud.released(instance_id)
+    except SpotctlError:
+        return False
+
+
+def _forget(rt: Runtime, node: Node) -> None:
+    for s in rt.schedulers:
+        try:
+            s.forget(node.id, node.reason)
+        except SpotctlError as e:
+            log.info("scheduler %s could not forget %s: %s", s.name, node.id, e.message)
+
+
+def plan_input(rt: Runtime, snap: Snapshot) -> PlanInput:
+    now = snap.now
+    excluded: dict[str, int] = {}
+    for e in snap.exclusions:
+        excluded[e.reason] = excluded.get(e.reason, 0) + 1
+    no_notice = frozenset(rt.region.pools) if "notices" in snap.degraded else frozenset()
+    return build_input(
+        region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
+        headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota,
+        rate_card=snap.rate_card, nodes=rt.store.nodes(live_only=True), usage=snap.usage, notices=snap.notices,
+        units=snap.units, excluded=excluded, recent_reclaims=rt.store.recent_reclaims(now - RECLAIM_WINDOW),
+        pool_failures=rt.store.pool_failures(now), budget=rt.bucket(), no_notice_pools=no_notice,
+    )

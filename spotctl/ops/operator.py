@@ -1,0 +1,92 @@
+"""Operator actions (``spotctl launch`` and ``spotctl drain``).
+
+They go through the same budget, intents, audit records and outbox as the
+reconciler's own actions, under the same region lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from spotctl.core.budget import Priority
+from spotctl.core.capacity import headroom
+from spotctl.core.errors import RefusedError, UsageError
+from spotctl.core.models import NodeState
+from spotctl.core.planner import Action
+
+from .act import Outcome, execute
+from .runtime import Runtime
+
+MAX_OPERATOR_LAUNCH = 500
+
+
+def _locked(rt: Runtime):
+    if not rt.store.try_lock():
+        raise RefusedError("another pass holds the region lock", hint="try again in a few seconds")
+
+
+def _action_id(rt: Runtime, *parts) -> str:
+    h = hashlib.sha1("|".join([rt.actor, repr(rt.now()), *map(str, parts)]).encode()).hexdigest()[:12]
+    return f"op-{h}"
+
+
+def launch(rt: Runtime, pool_name: str, count: int, *, dry_run: bool = False) -> tuple[Outcome | None, dict]:
+    pool = rt.region.pool(pool_name)  # NotFoundError for an unknown pool
+    if count < 1:
+        raise UsageError(f"--count must be at least 1, got {count}")
+    if count > MAX_OPERATOR_LAUNCH:
+        raise UsageError(f"--count {count} is more than one operator launch may ask for ({MAX_OPERATOR_LAUNCH})")
+    now = rt.now()
+    hosts = rt.cloud.hosts({pool.name: pool})
+    hr = headroom(pool, hosts, now)
+    live = [n for n in rt.store.nodes(live_only=True) if n.pool == pool.name]
+    limit_left = max(0, pool.max_nodes - len(live))
+    facts = {"pool": pool.name, "count": count, "headroom": hr.free, "pool_limit_left": limit_left,
+             "tokens_available": rt.bucket().available(Priority.OPERATOR, now)}
+    if count > limit_left:
+        raise RefusedError(f"pool {pool.name} has room for {limit_left} more nodes under its limit of "
+                           f"{pool.max_nodes}; asked for {count}", details=facts)
+    if count > hr.free:
+        raise RefusedError(f"pool {pool.name} has headroom for {hr.free} nodes now; asked for {count}",
+                           hint="`spotctl status` shows headroom per pool", details=facts)
+    if count > facts["tokens_available"]:
+        raise RefusedError(f"the region's token budget allows {facts['tokens_available']} operator calls now; "
+                           f"asked for {count}", hint="wait for the bucket to refill or ask for fewer", details=facts)
+    rate = None
+    try:
+        rate = rt.contract.rate_card()
+    except Exception:
+        rate = None
+    price = rate.prices.get(pool.name) if rate else None
+    action = Action(id=_action_id(rt, "launch", pool.name, count), kind="launch", priority=Priority.OPERATOR,
+                    reason=f"operator launch requested by {rt.actor}", pool=pool.name, count=count, price=price,
+                    inputs={"rate_card_version": rate.version if rate else None, "headroom": hr.free,
+                            "budget_tokens": facts["tokens_available"]})
+    if dry_run:
+        return None, {**facts, "action": action.to_dict()}
+    _locked(rt)
+    try:
+        out = execute(rt, action, None)
+    finally:
+        rt.store.unlock()
+    return out, facts
+
+
+def drain(rt: Runtime, node_id: str, reason: str, *, dry_run: bool = False) -> tuple[Outcome | None, dict]:
+    if not reason.strip():
+        raise UsageError("--reason must say why the node is drained (it goes into the audit record)")
+    node = rt.store.node(node_id)  # NotFoundError for an unknown node
+    if node.state not in (NodeState.ACTIVE, NodeState.ADVISED, NodeState.BUILDING):
+        raise RefusedError(f"node {node.id} is {node.state}; only building, active or advised nodes can be drained")
+    action = Action(id=_action_id(rt, "drain", node.id), kind="drain", priority=Priority.OPERATOR,
+                    reason=f"operator ({rt.actor}): {reason.strip()}", pool=node.pool, node=node.id,
+                    inputs={"requested_by": rt.actor})
+    facts = {"node": node.id, "pool": node.pool, "state": str(node.state)}
+    if dry_run:
+        return None, {**facts, "action": action.to_dict()}
+    _locked(rt)
+    try:
+        out = execute(rt, action, None)
+    finally:
+        rt.store.unlock()
+    return out, facts

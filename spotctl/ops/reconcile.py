@@ -1,0 +1,123 @@
+"""One reconcile pass: load → observe → plan (pure) → act → persist.
+
+Used by ``spot-reconciler`` (the systemd timer's job) and ``spotctl reconcile``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from spotctl.core.planner import Plan, plan as make_plan
+
+from .act import Outcome, execute, resume
+from .observe import Snapshot, observe, plan_input, sync_nodes
+from .runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+MAX_FALLBACK_ROUNDS = 3
+
+
+@dataclass
+class PassResult:
+    status: str  # ok | partial | skipped | dry-run
+    region: str
+    started_at: float
+    plan: Plan | None = None
+    outcomes: list[Outcome] = field(default_factory=list)
+    degraded: dict[str, str] = field(default_factory=dict)
+    synced: dict[str, int] = field(default_factory=dict)
+    tokens_used: int = 0
+    tokens_left: float = 0.0
+    duration_s: float = 0.0
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "region": self.region,
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 4),
+            "message": self.message,
+            "plan": self.plan.to_dict() if self.plan else None,
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "degraded": self.degraded,
+            "synced": self.synced,
+            "budget": {"tokens_used": self.tokens_used, "tokens_left": round(self.tokens_left, 3)},
+        }
+
+
+def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
+    t0 = time.perf_counter()
+    now = rt.now()
+    result = PassResult(status="ok", region=rt.region.name, started_at=now)
+    if not rt.store.try_lock():
+        result.status = "skipped"
+        result.message = "another pass holds the region lock; skipped"
+        rt.progress(result.message)
+        return result
+    try:
+        used_before = rt.store.tokens_used_total()
+        seq = None if dry_run else rt.store.start_pass(rt.actor, now)
+        if not dry_run:
+            result.outcomes.extend(resume(rt))
+        snap = observe(rt)
+        result.degraded = dict(snap.degraded)
+        if not dry_run:
+            result.synced = sync_nodes(rt, snap)
+        inp = plan_input(rt, snap)
+        plan = make_plan(inp)
+        result.plan = plan
+        rt.progress(f"plan {plan.id}: {len(plan.actions)} actions")
+        if dry_run:
+            result.status = "dry-run"
+        else:
+            rt.store.record_plan(plan_id=plan.id, at=now, actor=rt.actor, executed=True,
+                                 summary={"actions": len(plan.actions), "launches": plan.launches(),
+                                          "demand": plan.demand}, plan_input=inp.to_dict())
+            result.outcomes.extend(_act(rt, plan, snap))
+        if result.degraded or any(o.status in ("failed", "partial") and not _fell_back(o, result) for o in result.outcomes):
+            if result.status == "ok":
+                result.status = "partial"
+        result.tokens_used = rt.store.tokens_used_total() - used_before
+        result.tokens_left = rt.bucket().tokens
+        result.duration_s = time.perf_counter() - t0
+        if seq is not None:
+            rt.store.finish_pass(seq, result.status, {
+                "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
+                "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
+        return result
+    finally:
+        rt.store.unlock()
+
+
+def _fell_back(o: Outcome, result: PassResult) -> bool:
+    """A launch refused for capacity whose demand another pool took is not a failure of the pass."""
+    return o.kind == "launch" and o.status == "failed" and any(
+        x.kind == "launch" and x.status == "ok" and x.pool != o.pool and x is not o for x in result.outcomes)
+
+
+def _act(rt: Runtime, plan: Plan, snap: Snapshot) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    current = plan
+    for round_ in range(MAX_FALLBACK_ROUNDS + 1):
+        failed_pools = []
+        for action in current.actions:
+            if round_ > 0 and action.kind != "launch":
+                continue
+            out = execute(rt, action, current.id)
+            outcomes.append(out)
+            if action.kind == "launch" and out.status in ("failed", "partial") and out.done < (action.count or 0) \
+                    and "token budget" not in out.detail:
+                failed_pools.append(action.pool)
+        if not failed_pools:
+            break
+        # Fall back to the next pool in the same pass: re-plan with the failure remembered.
+        rt.progress(f"launch failed in {', '.join(failed_pools)}: re-planning without it")
+        snap = observe(rt)
+        current = make_plan(plan_input(rt, snap))
+        if not any(a.kind == "launch" for a in current.actions):
+            break
+    return outcomes

@@ -1,0 +1,120 @@
+"""Every command through the CLI: exit code, stdout JSON and stderr, checked separately."""
+
+from __future__ import annotations
+
+import pytest
+from freezegun import freeze_time
+
+T0 = "2026-03-02 10:00:00"
+
+
+@pytest.fixture(autouse=True)
+def frozen():
+    with freeze_time(T0, tick=True):
+        yield
+
+
+def test_version(cli):
+    r = cli("-o", "json", "version")
+    assert r.code == 0 and r.stderr == ""
+    assert r.json["data"]["version"]
+
+
+def test_plan_shows_actions_for_the_demo_region(cli, state_db):
+    r = cli("-o", "json", "plan")
+    assert r.code == 0, r.stderr
+    data = r.json["data"]
+    assert data["region"] == "demo"
+    assert data["actions"], "a fresh demo region has pending work to place"
+    for a in data["actions"]:
+        assert a["kind"] in ("launch", "drain", "delete", "cordon", "uncordon")
+        assert a["reason"] and "pool" in a
+        if a["kind"] == "launch":
+            assert a["count"] >= 1
+            assert set(a["inputs"]) >= {"rate_card_version", "calendar_id", "budget_tokens"}
+    assert len(data["pools"]) >= 6
+    # plan changes nothing: no node was recorded
+    import sqlite3
+
+    assert sqlite3.connect(state_db).execute("select count(*) from nodes").fetchone()[0] == 0
+
+
+def test_plan_explain_and_table(cli):
+    r = cli("-o", "json", "plan", "--explain")
+    assert r.code == 0
+    assert isinstance(r.json["data"]["explain"], list) and r.json["data"]["explain"]
+    t = cli("-o", "table", "plan", "--explain")
+    assert t.code == 0 and "Plan" in t.stdout and "Pools" in t.stdout
+
+
+def test_reconcile_then_status(cli):
+    d = cli("-o", "json", "reconcile", "--dry-run")
+    assert d.code == 0 and d.json["status"] == "dry-run"
+    assert d.json["data"]["outcomes"] == []
+    r = cli("-o", "json", "reconcile")
+    assert r.code == 0, r.stderr
+    assert r.json["status"] == "ok"
+    launched = sum(o.get("launched", 0) for o in r.json["data"]["outcomes"] if o["kind"] == "launch")
+    assert launched > 0
+    assert "spotctl: " in r.stderr  # progress goes to stderr, never stdout
+    s = cli("-o", "json", "status")
+    assert s.code == 0
+    data = s.json["data"]
+    assert len(data["nodes"]) == launched
+    assert {"id", "pool", "state"} <= set(data["nodes"][0])
+    assert {"name", "kind", "headroom", "price"} <= set(data["pools"][0])
+    assert data["budget"]["tokens_used_total"] == launched
+    assert data["last_pass"]["status"] == "ok"
+
+
+def test_launch_and_drain_as_operator(cli):
+    r = cli("-o", "json", "launch", "--pool", "gp-az1", "--count", "2")
+    assert r.code == 0, r.stderr
+    out = r.json["data"]["outcome"]
+    assert out["launched"] == 2 and len(out["nodes"]) == 2
+    node = out["nodes"][0]
+    d = cli("-o", "json", "drain", node, "--reason", "hypervisor maintenance")
+    assert d.code == 0, d.stderr
+    assert d.json["data"]["outcome"]["status"] == "ok"
+    s = cli("-o", "json", "status")
+    states = {n["id"]: n["state"] for n in s.json["data"]["nodes"]}
+    assert states[node] == "draining"
+    # draining twice is refused (exit 6), the node is not drained again
+    again = cli("-o", "json", "drain", node, "--reason", "again")
+    assert again.code == 6 and again.json["errors"][0]["code"] == "refused"
+
+
+def test_launch_dry_run_changes_nothing(cli):
+    r = cli("-o", "json", "launch", "--pool", "gp-az2", "--count", "1", "--dry-run")
+    assert r.code == 0
+    assert r.json["data"]["outcome"] is None and r.json["data"]["action"]["kind"] == "launch"
+    assert cli("-o", "json", "status").json["data"]["nodes"] == []
+
+
+def test_simulate_reports_a_replayed_day(cli):
+    r = cli("-o", "json", "simulate", "--hours", "3", "--seed", "11")
+    assert r.code == 0, r.stderr
+    rep = r.json["data"]
+    assert rep["hours"] == 3
+    assert {"cost", "demand", "wait_seconds", "interruptions", "notices", "reconciler"} <= set(rep)
+    assert rep["reconciler"]["audit"]["chain_ok"] is True
+    again = cli("-o", "json", "simulate", "--hours", "3", "--seed", "11")
+    strip = lambda d: {k: v for k, v in d.items() if k != "wall_seconds"}  # noqa: E731
+    assert strip(again.json["data"]) == strip(rep), "same seed, same report"
+
+
+def test_config_show_lists_sources(cli, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('output = "yaml"\n')
+    r = cli("--config", str(cfg), "-o", "json", "config", "show")
+    assert r.code == 0
+    rows = {v["key"]: v for v in r.json["data"]["values"]}
+    assert rows["output"]["source"] == "flag"
+    assert rows["default_region"]["source"] == "default"
+    # without -o, the file's `output = "yaml"` decides the format
+    import yaml
+
+    r = cli("--config", str(cfg), "config", "show")
+    assert r.code == 0
+    rows = {v["key"]: v for v in yaml.safe_load(r.stdout)["data"]["values"]}
+    assert rows["output"] == {"key": "output", "value": "yaml", "source": str(cfg)}

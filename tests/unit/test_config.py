@@ -1,0 +1,86 @@
+"""Config: precedence, sources, and clear errors naming file, line and key."""
+
+import pytest
+
+from spotctl.core.config import load_config
+from spotctl.core.errors import ConfigError, ExitCode, NotFoundError
+
+GOOD = """
+default_region = "lab"
+
+[regions.lab]
+backend = "sim"
+seed = 3
+
+[regions.lab.budget]
+rate = 2.0
+burst = 40
+
+[regions.lab.pools.small]
+kind = "vm"
+az = "az1"
+vcpu = 4
+ram_mb = 8192
+slurm = { partition = "spot" }
+"""
+
+
+def test_defaults_give_the_demo_region():
+    cfg = load_config(env={})
+    r = cfg.region()
+    assert r.name == "demo" and r.backend == "sim"
+    assert len(r.pools) >= 6
+    assert {p.az for p in r.pools.values()} >= {"az1", "az2"}
+
+
+def test_precedence_system_user_env_flags(tmp_path):
+    system = tmp_path / "system.toml"
+    system.write_text('default_region = "demo"\noutput = "yaml"\n')
+    user = tmp_path / "user.toml"
+    user.write_text(GOOD)
+    cfg = load_config(env={"SPOTCTL_CONFIG": str(user), "SPOTCTL_SYSTEM_CONFIG": str(system)})
+    src = {k: s for k, _, s in cfg.flat()}
+    assert cfg.default_region == "lab" and src["default_region"] == str(user)
+    assert cfg.output == "yaml" and src["output"] == str(system)
+    assert cfg.region().budget.burst == 40
+    cfg = load_config(env={"SPOTCTL_CONFIG": str(user), "SPOTCTL_REGION": "demo"})
+    assert cfg.default_region == "demo"
+    assert {k: s for k, _, s in cfg.flat()}["default_region"] == "env SPOTCTL_REGION"
+    cfg = load_config(env={"SPOTCTL_CONFIG": str(user), "SPOTCTL_REGION": "demo"}, flags={"default_region": "lab"})
+    assert cfg.default_region == "lab"
+    assert {k: s for k, _, s in cfg.flat()}["default_region"] == "flag"
+
+
+def test_unknown_key_names_file_line_and_key(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text(GOOD.replace("burst = 40", "burst = 40\nburts = 3"))
+    with pytest.raises(ConfigError) as e:
+        load_config(env={"SPOTCTL_CONFIG": str(f)})
+    assert e.value.exit_code == ExitCode.CONFIG
+    assert f"{f}:11" in e.value.message and "regions.lab.budget.burts" in e.value.message
+    assert "burst" in e.value.hint
+
+
+def test_malformed_toml_and_wrong_types(tmp_path):
+    f = tmp_path / "c.toml"
+    f.write_text("[regions.lab\nbackend = 1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(env={"SPOTCTL_CONFIG": str(f)})
+    assert str(f) in e.value.message and "line 1" in e.value.message
+    f.write_text(GOOD.replace("vcpu = 4", 'vcpu = "four"'))
+    with pytest.raises(ConfigError) as e:
+        load_config(env={"SPOTCTL_CONFIG": str(f)})
+    assert "regions.lab.pools.small.vcpu" in e.value.message and ":15" in e.value.message
+    f.write_text(GOOD.replace('kind = "vm"', 'kind = "container"'))
+    with pytest.raises(ConfigError) as e:
+        load_config(env={"SPOTCTL_CONFIG": str(f)})
+    assert "kind" in e.value.message
+
+
+def test_missing_config_file_and_unknown_region(tmp_path):
+    with pytest.raises(ConfigError):
+        load_config(env={"SPOTCTL_CONFIG": str(tmp_path / "nope.toml")})
+    with pytest.raises(NotFoundError):
+        load_config(env={}).region("atlantis")
+    with pytest.raises(NotFoundError):
+        load_config(env={}).region().pool("no-such-pool")
