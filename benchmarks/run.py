@@ -33,7 +33,7 @@ BIN = Path(PY).parent
 BARE_APP = textwrap.dedent('''
     from typing import Annotated, Optional
     import typer
-    app = typer.Typer(no_args_is_help=True)
+    app = typer.Typer(no_args_is_help=True, rich_markup_mode=None)
     @app.callback()
     def main(output: Annotated[Optional[str], typer.Option("-o", "--output")] = None,
              region: Annotated[Optional[str], typer.Option("--region")] = None,
@@ -78,7 +78,7 @@ def bench_plan_demo(n: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "XDG_STATE_HOME": tmp, "XDG_CONFIG_HOME": tmp}
         first = time.perf_counter()
-        subprocess.run([str(BIN / "spotctl"), "plan", "-o", "json"], stdout=subprocess.DEVNULL, env=env, check=True)
+        subprocess.run([str(BIN / "spotctl"), "plan", "-o", "json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
         first = time.perf_counter() - first
         med = timed_runs({
             "python -c pass": [PY, "-c", "pass"],

@@ -35,8 +35,44 @@ class OutputFormat(str, Enum):
     yaml = "yaml"
 
 
+GLOBAL_VALUE_OPTS = {"-o", "--output", "-r", "--region", "--config", "--state-dir"}
+GLOBAL_FLAG_OPTS = {"-v", "--verbose", "-q", "--quiet", "--debug"}
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """Let global options follow the command too: ``spotctl plan -o json`` == ``spotctl -o json plan``."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            rest.extend(args[i:])
+            break
+        name = a.split("=", 1)[0]
+        if name in GLOBAL_VALUE_OPTS:
+            if "=" in a or i + 1 >= len(args):
+                front.append(a)
+            else:
+                front.extend(args[i:i + 2])
+                i += 1
+        elif a in GLOBAL_FLAG_OPTS or (a.startswith("-v") and set(a[1:]) == {"v"}):
+            front.append(a)
+        elif a.startswith("-o") and len(a) > 2 and not a.startswith("--"):
+            front.append(a)
+        else:
+            rest.append(a)
+        i += 1
+    return front + rest
+
+
 class SpotctlGroup(TyperGroup):
     """Runs commands inside the single place that turns errors into exit codes."""
+
+    def parse_args(self, ctx, args):
+        if ctx.parent is None:
+            args = hoist_global_options(list(args))
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: typer.Context):
         try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from .budget import Bucket, Priority
 from .capacity import Calendar, PoolHeadroom, calendar_id
@@ -105,10 +106,18 @@ class PlanInput:
     excluded: dict[str, int] = field(default_factory=dict)  # reason -> count
 
     def digest(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()
+        return self._encoded[1]
 
     def to_dict(self) -> dict:
+        return self._encoded[0]
+
+    @cached_property
+    def _encoded(self) -> tuple[dict, str]:
+        d = self._to_dict()
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+        return d, hashlib.sha256(blob.encode()).hexdigest()
+
+    def _to_dict(self) -> dict:
         rc = self.rate_card
         return {
             "region": self.region,
@@ -173,11 +182,12 @@ def build_input(
         if not node.live:
             continue
         us = by_node.get(node.id, [])
-        used = Shape()
+        used = us[0].used if len(us) == 1 else Shape()
         running = 0
         last_busy = None
         for u in us:
-            used = used + u.used
+            if len(us) > 1:
+                used = used + u.used
             running += u.running
             if u.last_busy_at is not None:
                 last_busy = u.last_busy_at if last_busy is None else max(last_busy, u.last_busy_at)
@@ -391,12 +401,18 @@ def plan(inp: PlanInput) -> Plan:
     for n in takers:
         room = (inp.pools[n.pool].shape - n.used).clamp() if n.pool in inp.pools else Shape()
         groups.setdefault((n.pool, room), []).append(n.id)
+    serving: dict[str, list[DemandClass]] = {}
+    for d in inp.demand:
+        for pname in d.pools:
+            serving.setdefault(pname, []).append(d)
     for (pool_name, room), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         left = len(ids)
         idx = 0
         while left > 0:
-            pattern = _fill(room, [d for d in inp.demand if pool_name in d.pools and remaining[d.key] > 0],
-                            remaining, window=None)
+            cands = [d for d in serving.get(pool_name, ()) if remaining[d.key] > 0 and d.shape.fits_in(room)]
+            if not cands:
+                break
+            pattern = _fill(room, cands, remaining, window=None)
             if not pattern:
                 break
             reps = min([left] + [remaining[k] // c for k, c in pattern.items()])

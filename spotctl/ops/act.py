@@ -156,7 +156,7 @@ def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
 def resume(rt: Runtime) -> list[Outcome]:
     """Finish what a killed pass left half done."""
     outs = []
-    for node in rt.store.nodes(live_only=True):
+    for node in rt.store.nodes(states=(NodeState.INTENDED, NodeState.DELETING)):
         if node.state is NodeState.INTENDED:
             pool = rt.region.pools.get(node.pool)
             if pool is None:

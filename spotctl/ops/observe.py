@@ -109,19 +109,21 @@ def _outcome(fn, name: str, snap: Snapshot):
     return None
 
 
-def sync_nodes(rt: Runtime, snap: Snapshot) -> dict[str, int]:
+def sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]]:
     """Bring node records in line with the cloud; adopt tagged strangers; attach notices.
 
-    Returns counts of what changed.
+    Returns counts of what changed, and the live nodes afterwards.
     """
     with rt.store.tx():  # one transaction: cheap when nothing changed, atomic when something did
         return _sync_nodes(rt, snap)
 
 
-def _sync_nodes(rt: Runtime, snap: Snapshot) -> dict[str, int]:
+
+def _sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]]:
     store, now, actor = rt.store, snap.now, rt.actor
     changed = {"adopted": 0, "active": 0, "failed": 0, "lost": 0, "gone": 0, "noticed": 0}
     nodes = store.nodes(live_only=True)
+    adopted: list[Node] = []
     by_action = {n.action_id: n for n in nodes}
     hard: dict[str, Notice] = {}
     for nt in snap.notices:
@@ -186,12 +188,13 @@ def _sync_nodes(rt: Runtime, snap: Snapshot) -> dict[str, int]:
                 store.audit(actor=actor, action="node.adopt", target=node.id, result="ok",
                             inputs={"instance_id": inst.id, "pool": inst.pool}, at=now)
             changed["adopted"] += 1
+            adopted.append(node)
     by_instance = {n.instance_id: n for n in nodes if n.instance_id}
     for nt in snap.notices:
         node = by_instance.get(nt.instance_id)
         store.see_notice(notice_id=nt.id, node_id=node.id if node else None, instance_id=nt.instance_id,
                          kind=str(nt.kind), issued_at=nt.issued_at, deadline=nt.deadline, reason=nt.reason, at=now)
-    return changed
+    return changed, sorted((n for n in nodes + adopted if n.live), key=lambda n: n.id)
 
 
 def _released(rt: Runtime, instance_id: str) -> bool:
@@ -209,7 +212,8 @@ def _forget(rt: Runtime, node: Node) -> None:
             log.info("scheduler %s could not forget %s: %s", s.name, node.id, e.message)
 
 
-def plan_input(rt: Runtime, snap: Snapshot) -> PlanInput:
+def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None) -> PlanInput:
+    """The planner's input from a snapshot; ``nodes`` saves a reload when the caller has them."""
     now = snap.now
     excluded: dict[str, int] = {}
     for e in snap.exclusions:
@@ -218,7 +222,8 @@ def plan_input(rt: Runtime, snap: Snapshot) -> PlanInput:
     return build_input(
         region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
         headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota,
-        rate_card=snap.rate_card, nodes=rt.store.nodes(live_only=True), usage=snap.usage, notices=snap.notices,
+        rate_card=snap.rate_card, nodes=nodes if nodes is not None else rt.store.nodes(live_only=True),
+        usage=snap.usage, notices=snap.notices,
         units=snap.units, excluded=excluded, recent_reclaims=rt.store.recent_reclaims(now - RECLAIM_WINDOW),
         pool_failures=rt.store.pool_failures(now), budget=rt.bucket(), no_notice_pools=no_notice,
     )

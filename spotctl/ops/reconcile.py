@@ -65,9 +65,10 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
             result.outcomes.extend(resume(rt))
         snap = observe(rt)
         result.degraded = dict(snap.degraded)
+        nodes = None
         if not dry_run:
-            result.synced = sync_nodes(rt, snap)
-        inp = plan_input(rt, snap)
+            result.synced, nodes = sync_nodes(rt, snap)
+        inp = plan_input(rt, snap, nodes)
         plan = make_plan(inp)
         result.plan = plan
         rt.progress(f"plan {plan.id}: {len(plan.actions)} actions")

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .world import SimWorld
 
 SCHEDULERS = (Scheduler.KUBERNETES, Scheduler.SLURM)
+MAX_WAITS = 20000  # wait times kept for the report's percentiles (the most recent starts)
 _IDX = {Scheduler.KUBERNETES: 0, Scheduler.SLURM: 1}
 
 
@@ -336,6 +337,8 @@ class Cluster:
         if unit.id not in self.started:
             self.started.add(unit.id)
             self.waits.append(round(now - unit.submitted_at, 3))
+            if len(self.waits) > MAX_WAITS + MAX_WAITS // 4:
+                del self.waits[:-MAX_WAITS]  # bounded: percentiles over the most recent starts
             w.stats["started"] += 1
         w.push(end, "done", unit.id, run.token)
         self.version += 1

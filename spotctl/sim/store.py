@@ -2,7 +2,8 @@
 
 The whole world is one JSON document in table ``sim_state`` (a single row),
 rewritten in one short ``BEGIN IMMEDIATE`` transaction after every mutating
-call and after every advance. A file that cannot be read is an error naming the
+call and after every advance. A revision number guards against two processes
+overwriting each other (see :func:`write`). A file that cannot be read is an error naming the
 file (:class:`~spotctl.core.errors.StateError`), never silently recreated.
 """
 
@@ -22,6 +23,7 @@ _SCHEMA = f"""CREATE TABLE IF NOT EXISTS {TABLE} (
     region TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     saved_at REAL NOT NULL,
+    rev INTEGER NOT NULL,
     state TEXT NOT NULL
 )"""
 _HINT = "move the file aside (or delete it) to start a fresh simulated region"
@@ -32,8 +34,8 @@ def _corrupt(path: Path, why: str) -> StateError:
                       details={"file": str(path)})
 
 
-def read(path: Path) -> tuple[str, str, dict] | None:
-    """(region, fingerprint, state) from ``path``; None when there is no world in it yet."""
+def read(path: Path) -> tuple[str, str, int, dict] | None:
+    """(region, fingerprint, revision, state) from ``path``; None when there is no world in it yet."""
     if not path.exists():
         return None
     if path.is_dir():
@@ -46,7 +48,7 @@ def read(path: Path) -> tuple[str, str, dict] | None:
                 return None  # an empty SQLite file (e.g. created by a crashed first save)
             if TABLE not in tables:
                 raise _corrupt(path, f"no {TABLE} table (is this a simulator file?)")
-            row = conn.execute(f"SELECT format, region, fingerprint, state FROM {TABLE} WHERE id = 1").fetchone()
+            row = conn.execute(f"SELECT format, region, fingerprint, rev, state FROM {TABLE} WHERE id = 1").fetchone()
         finally:
             conn.close()
     except sqlite3.Error as e:
@@ -55,7 +57,7 @@ def read(path: Path) -> tuple[str, str, dict] | None:
         raise _corrupt(path, e.strerror or str(e)) from None
     if row is None:
         raise _corrupt(path, f"the {TABLE} table is empty")
-    fmt, region, fingerprint, text = row
+    fmt, region, fingerprint, rev, text = row
     if fmt != FORMAT:
         raise _corrupt(path, f"format {fmt!r}, this version reads format {FORMAT}")
     try:
@@ -64,19 +66,29 @@ def read(path: Path) -> tuple[str, str, dict] | None:
         raise _corrupt(path, f"bad JSON: {e}") from None
     if not isinstance(state, dict):
         raise _corrupt(path, "the state is not a JSON object")
-    return region, fingerprint, state
+    return region, fingerprint, int(rev), state
 
 
-def write(path: Path, region: str, fingerprint: str, state: dict, saved_at: float) -> None:
+def write(path: Path, region: str, fingerprint: str, state: dict, saved_at: float, rev: int) -> int | None:
+    """Replace the saved world if it is still at revision ``rev`` (0: no world saved yet).
+
+    Returns the new revision, or None when another process saved in between (nothing written):
+    optimistic concurrency, so that two processes never silently overwrite each other's changes.
+    """
     text = json.dumps(state, separators=(",", ":"), allow_nan=False)
     try:
         conn = sqlite3.connect(str(path), timeout=10, isolation_level=None)
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(_SCHEMA)
-            conn.execute(f"INSERT OR REPLACE INTO {TABLE} (id, format, region, fingerprint, saved_at, state) "
-                         "VALUES (1, ?, ?, ?, ?, ?)", (FORMAT, region, fingerprint, saved_at, text))
+            row = conn.execute(f"SELECT rev FROM {TABLE} WHERE id = 1").fetchone()
+            if (row[0] if row else 0) != rev:
+                conn.execute("ROLLBACK")
+                return None
+            conn.execute(f"INSERT OR REPLACE INTO {TABLE} (id, format, region, fingerprint, saved_at, rev, state) "
+                         "VALUES (1, ?, ?, ?, ?, ?, ?)", (FORMAT, region, fingerprint, saved_at, rev + 1, text))
             conn.execute("COMMIT")
+            return rev + 1
         finally:
             conn.close()
     except sqlite3.Error as e:

@@ -151,7 +151,7 @@ class Workload:
             priority = 0 if u < 0.8 else (100 if u < 0.95 else 1000)
             if r.random() < k.not_tolerating_share:
                 nt = self.not_tolerating
-                return Arrival(at, nt, r.choice(nt.shapes), expected, priority, NOT_TOLERATING, r.uniform(300, 1800))
+                return Arrival(at, nt, r.choice(nt.shapes), expected, priority, NOT_TOLERATING, r.uniform(1800, 7200))
             return Arrival(at, t, shape, expected, priority)
         priority = r.randint(1000, 5000)
         u = r.random()

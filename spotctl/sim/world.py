@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 
 from spotctl.core.config import RegionConfig
-from spotctl.core.errors import NotFoundError, StateError
+from spotctl.core.errors import NotFoundError, StateError, TemporaryError
 from spotctl.core.models import PoolClass, Scheduler
 
 from . import store
@@ -74,6 +74,9 @@ class SimWorld:
         self.knobs = knobs or Knobs()
         self.start = self.now = float(start)
         self.path: Path | None = None
+        self._rev = 0  # the file's revision this world was loaded from / last saved as
+        self._mutated = False  # calls changed this world since it was loaded
+        self._stale = False  # another process saved a newer world: stop writing
         self._heap: list[tuple] = []
         self._seq = 0
         self._step = float(self.knobs.step_seconds)
@@ -131,11 +134,11 @@ class SimWorld:
         saved = store.read(path)
         if saved is None:
             world = cls.new(region, math.floor(now / 60.0) * 60.0, knobs=knobs)
-            world.path = path
             world.advance(now)
+            world.path = path
             world.save()
             return world
-        _, fp, state = saved
+        _, fp, rev, state = saved
         if fp != fingerprint(region, region.seed):
             raise StateError(
                 f"simulator state file {path} was made for another region layout (its pools or seed changed)",
@@ -149,6 +152,7 @@ class SimWorld:
                              hint="move the file aside (or delete it) to start a fresh simulated region",
                              details={"file": str(path)}) from None
         world.path = path
+        world._rev = rev
         world.advance(now)
         return world
 
@@ -181,7 +185,7 @@ class SimWorld:
             self._run_until(nxt)
             t = nxt
         self._step = float(k.step_seconds)
-        self.changed()
+        self.changed(mutated=False)
 
     def _run_until(self, until: float) -> None:
         heap = self._heap
@@ -309,14 +313,34 @@ class SimWorld:
 
     # --- persistence ---------------------------------------------------------------
 
-    def changed(self) -> None:
+    def changed(self, mutated: bool = True) -> None:
+        """Called after every change: a file-bound world saves itself."""
+        if mutated:
+            self._mutated = True
         if self.path is not None:
             self.save()
 
     def save(self) -> None:
+        """Write the world to its file, unless another process saved a newer one since we loaded it.
+
+        A world that was only advanced yields to the other process (its own state is re-derivable
+        from the newer file); a world with calls on it raises :class:`TemporaryError` instead of
+        losing either side's changes.
+        """
         if self.path is None:
             raise StateError("this simulated world is not bound to a file")
-        store.write(self.path, self.region.name, fingerprint(self.region, self.seed), self.dump(), self.now)
+        if self._stale:
+            rev = None
+        else:
+            rev = store.write(self.path, self.region.name, fingerprint(self.region, self.seed), self.dump(),
+                              self.now, self._rev)
+        if rev is not None:
+            self._rev = rev
+            return
+        self._stale = True
+        if self._mutated:
+            raise TemporaryError(f"simulator state file {self.path} was changed by another process",
+                                 hint="retry: the next run loads the newer world", details={"file": str(self.path)})
 
     def dump(self) -> dict:
         return {

@@ -224,11 +224,15 @@ class Store:
 
     # -- nodes ---------------------------------------------------------------
 
-    def nodes(self, *, live_only: bool = False) -> list[Node]:
+    def nodes(self, *, live_only: bool = False, states: tuple[NodeState, ...] | None = None) -> list[Node]:
         sql = "SELECT * FROM nodes"
-        if live_only:
+        args: tuple = ()
+        if states:
+            sql += f" WHERE state IN ({','.join('?' * len(states))})"
+            args = tuple(s.value for s in states)
+        elif live_only:
             sql += " WHERE state NOT IN ('gone','failed','lost')"
-        return [_node(r) for r in self.conn.execute(sql + " ORDER BY id")]
+        return [_node(r) for r in self.conn.execute(sql + " ORDER BY id", args)]
 
     def node(self, node_id: str) -> Node:
         r = self.conn.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
@@ -489,9 +493,12 @@ def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
+_STATES = {s.value: s for s in NodeState}
+
+
 def _node(r: sqlite3.Row) -> Node:
     return Node(
-        id=r["id"], pool=r["pool"], state=NodeState(r["state"]), action_id=r["action_id"],
+        id=r["id"], pool=r["pool"], state=_STATES[r["state"]], action_id=r["action_id"],
         created_at=r["created_at"], updated_at=r["updated_at"], instance_id=r["instance_id"], host=r["host"],
         reason=r["reason"], cordoned=bool(r["cordoned"]), idle_since=r["idle_since"],
         notice_deadline=r["notice_deadline"], notice_id=r["notice_id"], price=r["price"],

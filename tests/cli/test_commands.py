@@ -118,3 +118,10 @@ def test_config_show_lists_sources(cli, tmp_path):
     assert r.code == 0
     rows = {v["key"]: v for v in yaml.safe_load(r.stdout)["data"]["values"]}
     assert rows["output"] == {"key": "output", "value": "yaml", "source": str(cfg)}
+
+
+def test_global_options_may_follow_the_command(cli):
+    r = cli("plan", "-o", "json", "--region", "demo", "-q")
+    assert r.code == 0 and r.json["command"] == "plan" and r.stderr == ""
+    r = cli("drain", "nope", "--reason", "x", "--output=json")
+    assert r.code == 5 and r.json["status"] == "error"

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from spotctl.sim import SimWorld
 
@@ -92,3 +96,27 @@ def test_advance_is_a_noop_backwards_and_caps_huge_gaps(region):
     rep = w.report()
     assert rep["hours"] == 90 * 24
     assert rep["demand"]["arrived"] > 30 * 24 * 90
+
+
+_CHILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from tests.sim.conftest import START, NaiveOperator
+from spotctl.sim import SimWorld, demo_region
+w = SimWorld.new(demo_region(), START)
+NaiveOperator(w).run(3.0, every=300.0)
+print(json.dumps([w.report(), [repr(s.pending(w.region.pools)) for s in w.schedulers],
+                  repr(w.cloud.instances()), repr(w.contract.notices())], sort_keys=True))
+"""
+
+
+def test_same_world_in_other_processes():
+    """No salted str hash() anywhere: two interpreters with different hash seeds agree."""
+    root = str(Path(__file__).resolve().parents[2])
+    outs = []
+    for hashseed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=hashseed, PYTHONPATH=root)
+        proc = subprocess.run([sys.executable, "-c", _CHILD, root], env=env, capture_output=True, text=True,
+                              check=True, timeout=60)
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1] and '"launched"' in outs[0]

@@ -111,6 +111,7 @@ def test_bare_metal_lease_deadline_includes_cleaning(region):
     w.advance(lease.start - pool.cleaning_seconds - 3600)
     made = _fill(w, pool)
     victims = [i for i in made if i.host in lease.hosts]
+    assert victims
     w.advance(lease.start - pool.cleaning_seconds - 100)
     hard = [n for n in w.contract.notices() if n.kind is NoticeKind.HARD and n.instance_id in {v.id for v in victims}]
     assert len(hard) == len(victims)
