@@ -34,9 +34,37 @@ def simulate(
     from spotctl.ops.simulate import simulate as run_sim
     from spotctl.wiring import sim_world_factory
 
+    show = _hourly(st, hours)
     report = run_sim(st.config().region(st.region), sim_world_factory, hours=hours, seed=seed, interval=interval,
-                     state_dir=keep_state, progress=st.progress)
+                     state_dir=keep_state, progress=show)
+    show.done()
     render.emit(st.fmt(), "simulate", report, table=_table)
+
+
+class _hourly:
+    """Progress on stderr: one updating line on a terminal, a line every few hours otherwise."""
+
+    def __init__(self, st, hours: float):
+        import sys
+
+        self.st, self.err = st, sys.stderr
+        self.tty = self.err.isatty()
+        self.every = max(1, int(hours // 6))
+        self.n = 0
+
+    def __call__(self, message: str) -> None:
+        self.n += 1
+        if self.st.quiet:
+            return
+        if self.tty:
+            self.err.write(f"\rspotctl: {message}   ")
+            self.err.flush()
+        elif self.n % self.every == 0:
+            self.st.progress(message)
+
+    def done(self) -> None:
+        if self.tty and self.n and not self.st.quiet:
+            self.err.write("\n")
 
 
 def _table(console, r: dict) -> None:
