@@ -45,14 +45,60 @@ def build_runtime(config: Config, region_name: str | None = None, *, clock: Cloc
 
 
 def _ports(region: RegionConfig, path: Path, clock: Clock):
+    """Cloud, contract feed and schedulers for a region.
+
+    The simulator backs whatever the region does not configure for real: a
+    region with ``backend = "sim"`` and a ``[regions.R.slurm]`` table gets
+    the simulated cloud with the real Slurm adapter, and so on, part by part.
+    """
+    world = None
+    concurrent = True
     if region.backend == "sim":
         from spotctl.sim.world import SimWorld
 
         world = SimWorld.open(path.with_suffix(".sim.db"), region, clock.now())
-        return world.cloud, world.contract, list(world.schedulers), False
-    raise ConfigError(
-        f"region {region.name!r} uses backend {region.backend!r}, which this build of spotctl does not provide",
-        hint="use backend = \"sim\" (the embedded simulator), or a spotctl with the OpenStack adapters")
+        cloud, contract = world.cloud, world.contract
+        concurrent = False
+    else:
+        cloud = _adapter(region, "openstack")
+        contract = None
+    if region.section("contract") is not None:
+        contract = _adapter(region, "contract")
+    if contract is None:
+        raise ConfigError(f"region {region.name!r} has no contract feed",
+                          hint="add a [regions.%s.contract] table with the provider's url" % region.name)
+    schedulers = []
+    for kind in ("kubernetes", "slurm"):
+        if region.section(kind) is not None:
+            schedulers.append(_adapter(region, kind))
+            concurrent = True
+        elif world is not None:
+            schedulers.extend(s for s in world.schedulers if s.name == kind)
+    return cloud, contract, schedulers, concurrent
+
+
+# adapter section -> (module, class); each class has ``from_config(region: RegionConfig)``.
+ADAPTERS = {
+    "openstack": ("spotctl.adapters.openstack", "OpenStackCloud"),
+    "slurm": ("spotctl.adapters.slurm", "SlurmScheduler"),
+    "kubernetes": ("spotctl.adapters.kubernetes", "KubernetesScheduler"),
+    "contract": ("spotctl.adapters.contract_http", "ContractFeed"),
+}
+
+
+def _adapter(region: RegionConfig, name: str):
+    import importlib
+
+    module, cls = ADAPTERS[name]
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        raise ConfigError(
+            f"region {region.name!r} configures [{name}], which this build of spotctl does not provide",
+            hint="remove the table to use the embedded simulator for that part") from None
+    return getattr(mod, cls).from_config(region)
 
 
 def sim_world_factory(region: RegionConfig, start: float, seed: int):

@@ -43,7 +43,10 @@ _REGION_SCHEMA = {
         "no_notice_max_seconds": int, "currency": str, "max_launches_per_pass": int,
     },
     "pools": {"*": _POOL_SCHEMA},
+    # Integration sections: each real adapter reads its own table (see ADAPTER_SECTIONS).
+    # A section present replaces that part of the simulator for this region.
 }
+ADAPTER_SECTIONS = ("openstack", "slurm", "kubernetes", "contract", "kafka", "audit")
 SCHEMA = {
     "default_region": str, "state_dir": str, "output": str, "log_level": str,
     "regions": {"*": _REGION_SCHEMA},
@@ -98,6 +101,11 @@ class RegionConfig:
     cloud: str | None = None
     seed: int = 0
     actor: str | None = None
+    sections: dict = field(default_factory=dict)  # adapter tables: openstack, slurm, kubernetes, kafka, audit, ...
+
+    def section(self, name: str) -> dict | None:
+        """The raw, schema-checked table of an adapter, or None when the region does not configure it."""
+        return self.sections.get(name)
 
     def pool(self, name: str) -> PoolSpec:
         try:
@@ -383,4 +391,5 @@ def _region_from_dict(name: str, d: dict, sources: dict) -> RegionConfig:
         cloud=d.get("cloud"),
         seed=d.get("seed", 0),
         actor=d.get("actor"),
+        sections={k: copy.deepcopy(d[k]) for k in ADAPTER_SECTIONS if k in d},
     )
