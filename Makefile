@@ -53,7 +53,7 @@ testenv-down:
 test: install
 	@$(BIN)/lint-imports --no-cache
 	@scripts/testenv/all up
-	@set -o pipefail; rc=0; $(BIN)/pytest -q -p no:cacheprovider || rc=$$?; \
+	@set -o pipefail; rc=0; SPOTCTL_REQUIRE_SERVICES=1 $(BIN)/pytest -q -p no:cacheprovider || rc=$$?; \
 	  scripts/testenv/all down || true; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; fi; exit $$rc
 

@@ -1,0 +1,41 @@
+"""Integration tests run against real services started by scripts/testenv/<name> (see `make test`).
+
+`testenv("slurm")` runs `scripts/testenv/slurm env` and returns its exports as a dict.
+When the service is not up: under `make test` (SPOTCTL_REQUIRE_SERVICES=1) the test
+fails — a suite that silently skips its real services proves nothing; run by hand
+without the services, it is skipped with the command that starts them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def testenv(name: str) -> dict[str, str]:
+    script = ROOT / "scripts" / "testenv" / name
+    proc = subprocess.run([str(script), "env"], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        unavailable(name, proc.stderr.strip() or proc.stdout.strip())
+    env: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("export "):
+            line = line[len("export "):]
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            env[k] = shlex.split(v)[0] if v else ""
+    return env
+
+
+def unavailable(name: str, why: str) -> None:
+    msg = f"test service {name!r} is not up ({why}); start it with `scripts/testenv/{name} up`"
+    if os.environ.get("SPOTCTL_REQUIRE_SERVICES") == "1":
+        pytest.fail(msg, pytrace=False)
+    pytest.skip(msg)
