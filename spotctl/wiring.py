@@ -65,8 +65,9 @@ def _ports(region: RegionConfig, path: Path, clock: Clock):
     if region.section("contract") is not None:
         contract = _adapter(region, "contract")
     if contract is None:
-        raise ConfigError(f"region {region.name!r} has no contract feed",
-                          hint="add a [regions.%s.contract] table with the provider's url" % region.name)
+        from spotctl.adapters.static_contract import StaticContract
+
+        contract = StaticContract.from_config(region)
     schedulers = []
     for kind in ("kubernetes", "slurm"):
         if region.section(kind) is not None:

@@ -31,6 +31,7 @@ _POOL_SCHEMA = {
     "kind": str, "class": str, "az": str, "flavor": str, "resource_class": str,
     "aggregate": str, "image": str, "networks": str, "max_nodes": int,
     "vcpu": int, "ram_mb": int, "gpus": int, "boot_seconds": int, "cleaning_seconds": int,
+    "price": _NUM,  # list price per node-hour, used when the region has no rate-card feed
     "kubernetes": {"labels": dict, "taints": list},
     "slurm": {"partition": str, "features": list},
 }
@@ -381,6 +382,7 @@ def _region_from_dict(name: str, d: dict, sources: dict) -> RegionConfig:
             slurm=SlurmBinding(partition=slurm.get("partition"), features=tuple(slurm.get("features", []))),
             boot_seconds=p.get("boot_seconds", 120),
             cleaning_seconds=p.get("cleaning_seconds", 0),
+            list_price=p.get("price"),
         )
     return RegionConfig(
         name=name,

@@ -96,6 +96,7 @@ class PoolSpec:
     slurm: SlurmBinding = field(default_factory=SlurmBinding)
     boot_seconds: int = 120
     cleaning_seconds: int = 0
+    list_price: float | None = None  # per node-hour, when no rate-card feed is configured
 
     def serves(self, unit: "WorkUnit") -> bool:
         """Whether a unit of pending work may run on a node of this pool."""

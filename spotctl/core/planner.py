@@ -26,6 +26,7 @@ from .budget import Bucket, Priority
 from .capacity import Calendar, PoolHeadroom, calendar_id
 from .config import Policy
 from .models import (
+    Exclusion,
     Node,
     NodeState,
     NodeUsage,
@@ -40,6 +41,9 @@ from .models import (
 )
 
 # --- input ------------------------------------------------------------------
+
+EXAMPLES = 20  # unit ids kept per demand class (plan JSON and --explain)
+MAX_EXCLUSIONS = 500  # excluded units listed one by one (all are counted by reason)
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,7 @@ class PlanInput:
     budget: Bucket
     no_notice_pools: frozenset[str] = frozenset()
     excluded: dict[str, int] = field(default_factory=dict)  # reason -> count
+    exclusions: tuple[tuple[str, str, str], ...] = ()  # (unit, scheduler, reason), first MAX_EXCLUSIONS
 
     def digest(self) -> str:
         return self._encoded[1]
@@ -139,6 +144,7 @@ class PlanInput:
             "budget": self.budget.to_dict(),
             "no_notice_pools": sorted(self.no_notice_pools),
             "excluded": dict(sorted(self.excluded.items())),
+            "exclusions": [list(e) for e in self.exclusions],
         }
 
 
@@ -168,6 +174,7 @@ def build_input(
     pool_failures: dict[str, float],
     budget: Bucket,
     no_notice_pools: frozenset[str] = frozenset(),
+    exclusions: list[Exclusion] | None = None,
 ) -> PlanInput:
     """Aggregate an observed snapshot into a compact, recordable plan input."""
     by_node: dict[str, list[NodeUsage]] = {}
@@ -214,7 +221,7 @@ def build_input(
             entry = classes[key] = [u, 0, []]
         entry[1] += 1
         ex = entry[2]
-        if len(ex) < 3:
+        if len(ex) < EXAMPLES:
             ex.append(u.id)
             ex.sort()
         elif u.id < ex[-1]:
@@ -236,6 +243,7 @@ def build_input(
         advisories=advisories, recent_reclaims=dict(recent_reclaims),
         pool_failures={p: t for p, t in pool_failures.items() if t > now}, budget=budget,
         no_notice_pools=no_notice_pools, excluded=dict(excluded),
+        exclusions=tuple(sorted((e.unit_id, str(e.scheduler), e.reason) for e in (exclusions or ()))[:MAX_EXCLUSIONS]),
     )
 
 
@@ -284,6 +292,7 @@ class Plan:
     demand: dict
     inputs: dict
     explain: tuple[str, ...]
+    excluded: tuple[dict, ...] = ()
 
     def launches(self) -> int:
         return sum(a.count or 0 for a in self.actions if a.kind == "launch")
@@ -293,6 +302,7 @@ class Plan:
             "id": self.id, "region": self.region, "now": self.now,
             "actions": [a.to_dict() for a in self.actions],
             "unplaced": self.unplaced, "pools": self.pools, "demand": self.demand, "inputs": self.inputs,
+            "excluded": list(self.excluded),
         }
         if explain:
             d["explain"] = list(self.explain)
@@ -588,7 +598,7 @@ def plan(inp: PlanInput) -> Plan:
             reason = block.get(d.key, "no pool could take it")
         unplaced[reason] = unplaced.get(reason, 0) + left
         explain.append(f"{d.scheduler} {d.shape.vcpu}c/{d.shape.ram_mb}M/{d.shape.gpus}g ×{left} unplaced: {reason}"
-                       + (f" (e.g. {', '.join(d.examples)})" if d.examples else ""))
+                       + (f" (e.g. {', '.join(d.examples[:3])})" if d.examples else ""))
 
     # 5: scale down idle nodes, within the disruption budget -----------------
     pending_left = sum(remaining.values())
@@ -623,7 +633,8 @@ def plan(inp: PlanInput) -> Plan:
     ordered = sorted(enumerate(actions), key=lambda ia: (ia[1].priority, ia[0]))
     actions = [replace(a, id=f"{plan_id}-{i:03d}") for i, (_, a) in enumerate(ordered)]
     return Plan(id=plan_id, region=inp.region, now=now, actions=tuple(actions), unplaced=dict(sorted(unplaced.items())),
-                pools=pool_summaries, demand=demand_summary, inputs=inputs, explain=tuple(explain))
+                pools=pool_summaries, demand=demand_summary, inputs=inputs, explain=tuple(explain),
+                excluded=tuple({"unit": u, "scheduler": sch, "reason": r} for u, sch, r in inp.exclusions))
 
 
 def _fill(room: Shape, cands: list[DemandClass], remaining: dict[str, int], window: float | None) -> dict[str, int]:

@@ -218,7 +218,9 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None) -> 
     excluded: dict[str, int] = {}
     for e in snap.exclusions:
         excluded[e.reason] = excluded.get(e.reason, 0) + 1
-    no_notice = frozenset(rt.region.pools) if "notices" in snap.degraded else frozenset()
+    # No notices (feed down, or no contract feed configured): every pool runs under the no-notice policy.
+    without_notices = "notices" in snap.degraded or not getattr(rt.contract, "provides_notices", True)
+    no_notice = frozenset(rt.region.pools) if without_notices else frozenset()
     return build_input(
         region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
         headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota,
@@ -226,4 +228,5 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None) -> 
         usage=snap.usage, notices=snap.notices,
         units=snap.units, excluded=excluded, recent_reclaims=rt.store.recent_reclaims(now - RECLAIM_WINDOW),
         pool_failures=rt.store.pool_failures(now), budget=rt.bucket(), no_notice_pools=no_notice,
+        exclusions=snap.exclusions,
     )

@@ -1,0 +1,1 @@
+"""Servers that spotctl itself runs (reference receivers, APIs served by the simulator)."""
