@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -16,24 +16,59 @@ app = typer.Typer()
 def plan(
     ctx: typer.Context,
     explain: Annotated[bool, typer.Option("--explain", help="Also show why each unit of demand was or was not placed.")] = False,
+    history: Annotated[bool, typer.Option("--history", help="List the plans recent passes executed (newest first).")] = False,
+    replay: Annotated[Optional[int], typer.Option(
+        "--replay", metavar="SEQ", help="Re-plan from the inputs recorded with plan SEQ (see --history) and check "
+        "that the same plan comes out.")] = None,
 ) -> None:
     """Show what the next reconcile pass would do, and why. Changes nothing.
+
+    Every executed plan is recorded with its full input (demand, headroom,
+    calendars, rate card, budget); --replay re-runs the planner on it, so a
+    past decision can be explained and is shown to be reproducible.
 
     Example: spotctl plan --explain
     """
     st = state(ctx)
-    from spotctl.ops.plan import show_plan
+    from spotctl.ops import plan as ops
 
-    result, degraded = show_plan(st.runtime())
+    if history:
+        rows = ops.history(st.runtime())
+        render.emit(st.fmt(), "plan", {"history": rows}, table=_history_table)
+        return
+    if replay is not None:
+        r = ops.replay(st.runtime(), replay)
+        data = {**{k: v for k, v in r.items() if k != "plan"}, **r["plan"].to_dict(explain=explain)}
+        render.emit(st.fmt(), "plan", data, status="ok" if r["reproduced"] else "mismatch",
+                    exit_code=0 if r["reproduced"] else 1, table=lambda c, d: _table(c, d, explain))
+        if not r["reproduced"]:
+            raise typer.Exit(1)
+        return
+    result, degraded = ops.show_plan(st.runtime())
     data = result.to_dict(explain=explain)
     data["degraded"] = degraded
     render.emit(st.fmt(), "plan", data, table=lambda c, d: _table(c, d, explain))
 
 
+def _history_table(console, d: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title="Executed plans (newest first)", title_justify="left")
+    for col in ("seq", "plan", "at", "actor", "actions", "launches"):
+        t.add_column(col)
+    for r in d["history"]:
+        t.add_row(str(r["seq"]), r["plan_id"], render.ts(r["at"]), r["actor"], str(r["actions"]), str(r["launches"]))
+    console.print(t)
+
+
 def _table(console, d: dict, explain: bool) -> None:
     from rich.table import Table
 
-    t = Table(title=f"Plan {d['id']} for region {d['region']} at {render.ts(d['now'])}", title_justify="left")
+    title = f"Plan {d['id']} for region {d['region']} at {render.ts(d['now'])}"
+    if "reproduced" in d:
+        title += f" — replay of #{d['seq']}: " + ("reproduced exactly" if d["reproduced"] else
+                                                 f"DIFFERS from recorded {d['recorded_plan_id']}")
+    t = Table(title=title, title_justify="left")
     for col in ("#", "kind", "pool", "node", "count", "priority", "reason"):
         t.add_column(col, overflow="fold")
     for i, a in enumerate(d["actions"], 1):

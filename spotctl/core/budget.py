@@ -68,4 +68,4 @@ class Bucket:
         return Bucket(b.rate, b.burst, b.tokens - granted, b.at), granted
 
     def to_dict(self) -> dict:
-        return {"rate": self.rate, "burst": self.burst, "tokens": round(self.tokens, 3), "at": self.at}
+        return {"rate": self.rate, "burst": self.burst, "tokens": self.tokens, "at": self.at}

@@ -27,16 +27,19 @@ from .capacity import Calendar, PoolHeadroom, calendar_id
 from .config import Policy
 from .models import (
     Exclusion,
+    KubernetesBinding,
     Node,
     NodeState,
     NodeUsage,
     Notice,
     NoticeKind,
+    PoolClass,
     PoolKind,
     PoolSpec,
     Quota,
     RateCard,
     Shape,
+    SlurmBinding,
     WorkUnit,
 )
 
@@ -145,7 +148,66 @@ class PlanInput:
             "no_notice_pools": sorted(self.no_notice_pools),
             "excluded": dict(sorted(self.excluded.items())),
             "exclusions": [list(e) for e in self.exclusions],
+            "pools": {k: pool_to_dict(v) for k, v in sorted(self.pools.items())},
         }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PlanInput":
+        """Rebuild a recorded input, so that its plan can be reproduced exactly."""
+        rc = d["rate_card"]
+        b = d["budget"]
+        return cls(
+            region=d["region"], now=d["now"],
+            pools={k: pool_from_dict(v) for k, v in d["pools"].items()},
+            policy=Policy(**d["policy"]),
+            headroom={k: PoolHeadroom(pool=k, **v) for k, v in d["headroom"].items()},
+            calendars={k: Calendar(pool=v["pool"], start=v["start"], end=v["end"],
+                                   steps=tuple((t, c) for t, c in v["steps"])) for k, v in d["calendars"].items()},
+            quota=Quota(**d["quota"]),
+            rate_card=None if rc is None else RateCard(version=rc["version"], currency=rc["currency"],
+                                                       prices=dict(rc["prices"]), valid_from=rc["valid_from"],
+                                                       valid_until=rc["valid_until"]),
+            nodes=tuple(NodeView(
+                id=n["id"], pool=n["pool"], state=NodeState(n["state"]), used=Shape(**n["used"]),
+                running=n["running"], cordoned=n["cordoned"], idle_since=n["idle_since"],
+                notice=None if n["notice"] is None else Notice(
+                    id=n["notice"]["id"], instance_id=n["notice"]["instance_id"],
+                    kind=NoticeKind(n["notice"]["kind"]), issued_at=n["notice"]["issued_at"],
+                    deadline=n["notice"]["deadline"], reason=n["notice"]["reason"], pool=n["notice"]["pool"]),
+                price=n["price"], drain_started=n["drain_started"]) for n in d["nodes"]),
+            demand=tuple(DemandClass(
+                key=c["key"], scheduler=c["scheduler"], shape=Shape(**c["shape"]), priority=c["priority"],
+                expected_seconds=c["expected_seconds"], count=c["count"], pools=tuple(c["pools"]),
+                examples=tuple(c["examples"])) for c in d["demand"]),
+            advisories=dict(d["advisories"]), recent_reclaims=dict(d["recent_reclaims"]),
+            pool_failures=dict(d["pool_failures"]),
+            budget=Bucket(rate=b["rate"], burst=b["burst"], tokens=b["tokens"], at=b["at"]),
+            no_notice_pools=frozenset(d["no_notice_pools"]), excluded=dict(d["excluded"]),
+            exclusions=tuple(tuple(e) for e in d["exclusions"]),
+        )
+
+
+def pool_to_dict(p: PoolSpec) -> dict:
+    return {
+        "name": p.name, "kind": str(p.kind), "class": str(p.pool_class), "az": p.az, "shape": p.shape.to_dict(),
+        "flavor": p.flavor, "resource_class": p.resource_class, "aggregate": p.aggregate, "image": p.image,
+        "networks": p.networks, "max_nodes": p.max_nodes,
+        "kubernetes": {"labels": [list(x) for x in p.kubernetes.labels], "taints": list(p.kubernetes.taints)},
+        "slurm": {"partition": p.slurm.partition, "features": list(p.slurm.features)},
+        "boot_seconds": p.boot_seconds, "cleaning_seconds": p.cleaning_seconds, "list_price": p.list_price,
+    }
+
+
+def pool_from_dict(d: dict) -> PoolSpec:
+    return PoolSpec(
+        name=d["name"], kind=PoolKind(d["kind"]), pool_class=PoolClass(d["class"]), az=d["az"],
+        shape=Shape(**d["shape"]), flavor=d["flavor"], resource_class=d["resource_class"], aggregate=d["aggregate"],
+        image=d["image"], networks=d["networks"], max_nodes=d["max_nodes"],
+        kubernetes=KubernetesBinding(labels=tuple(tuple(x) for x in d["kubernetes"]["labels"]),
+                                     taints=tuple(d["kubernetes"]["taints"])),
+        slurm=SlurmBinding(partition=d["slurm"]["partition"], features=tuple(d["slurm"]["features"])),
+        boot_seconds=d["boot_seconds"], cleaning_seconds=d["cleaning_seconds"], list_price=d["list_price"],
+    )
 
 
 def _notice_dict(n: Notice | None) -> dict | None:

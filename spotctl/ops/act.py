@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -37,9 +38,12 @@ class Outcome:
     count: int = 0
     done: int = 0
     nodes: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)  # e.g. per-scheduler drain acceptance times
 
     def to_dict(self) -> dict:
         d = {"action": self.action, "kind": self.kind, "status": self.status, "detail": self.detail}
+        if self.data:
+            d.update(self.data)
         if self.pool:
             d["pool"] = self.pool
         if self.node:
@@ -179,13 +183,20 @@ def resume(rt: Runtime) -> list[Outcome]:
 # -- drain / cordon / uncordon ----------------------------------------------
 
 
-def _each_scheduler(rt: Runtime, fn) -> dict[str, str]:
-    """Call fn(scheduler) on every scheduler at once; return errors by scheduler."""
+def _each_scheduler(rt: Runtime, fn, accepted: dict[str, float] | None = None) -> dict[str, str]:
+    """Call fn(scheduler) on every scheduler at once; return errors by scheduler.
+
+    ``accepted`` (if given) receives, per scheduler, the seconds from the call
+    to the scheduler accepting it — one notice drives every scheduler in parallel.
+    """
     errors: dict[str, str] = {}
+    t0 = time.monotonic()
 
     def call(s):
         try:
             fn(s)
+            if accepted is not None:
+                accepted[s.name] = round(time.monotonic() - t0, 4)
         except NotFoundError:
             pass  # the scheduler does not know this node (yet): nothing to do there
         except SpotctlError as e:
@@ -210,7 +221,8 @@ def _drain(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     if node.state is NodeState.DRAINING:
         rt.store.finish_action(action.id, "done", "already draining", rt.now())
         return Outcome(action.id, "drain", "ok", "already draining", pool=node.pool, node=node.id)
-    errors = _each_scheduler(rt, lambda s: s.drain(node.id, action.reason, action.deadline))
+    accepted: dict[str, float] = {}
+    errors = _each_scheduler(rt, lambda s: s.drain(node.id, action.reason, action.deadline), accepted)
     now = rt.now()
     with rt.store.tx():
         rt.store.transition(node, NodeState.DRAINING, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
@@ -218,11 +230,14 @@ def _drain(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
             rt.store.notice_handled(node.notice_id, now)
         elif action.inputs.get("notice"):
             rt.store.notice_handled(action.inputs["notice"], now)
-        _audit(rt, action, node.id, "ok" if not errors else "partial", scheduler_errors=errors)
+        _audit(rt, action, node.id, "ok" if not errors else "partial", scheduler_errors=errors,
+               drain_accepted_seconds=accepted,
+               deadline_in_seconds=None if action.deadline is None else round(action.deadline - now, 3))
     status = "ok" if not errors else "partial"
     rt.store.finish_action(action.id, "done" if not errors else "partial", "; ".join(f"{k}: {v}" for k, v in errors.items()) or "ok", now)
     rt.progress(f"drain {node.id}: {status}")
-    return Outcome(action.id, "drain", status, "; ".join(errors.values()), pool=node.pool, node=node.id)
+    return Outcome(action.id, "drain", status, "; ".join(errors.values()), pool=node.pool, node=node.id,
+                   data={"accepted_seconds": accepted})
 
 
 def _cordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:

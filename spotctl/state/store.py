@@ -464,10 +464,18 @@ class Store:
         return [{**dict(r), "summary": json.loads(r["summary"])} for r in rows]
 
     def plan_input(self, seq: int) -> dict:
-        r = self.conn.execute("SELECT input FROM plans WHERE seq=?", (seq,)).fetchone()
+        return self.plan_record(seq)["input"]
+
+    def plan_record(self, seq: int) -> dict:
+        """A recorded plan: its id, time, actor, summary and the full input it was made from."""
+        r = self.conn.execute("SELECT * FROM plans WHERE seq=?", (seq,)).fetchone()
         if r is None:
-            raise NotFoundError(f"no recorded plan #{seq}")
-        return json.loads(zlib.decompress(r[0]))
+            raise NotFoundError(f"no recorded plan #{seq} in region {self.region!r}",
+                                hint="`spotctl plan --history` lists the recorded plans")
+        d = dict(r)
+        d["summary"] = json.loads(d["summary"])
+        d["input"] = json.loads(zlib.decompress(d["input"]))
+        return d
 
     def start_pass(self, actor: str, at: float) -> int:
         with self.tx() as c:

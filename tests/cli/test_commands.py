@@ -125,3 +125,16 @@ def test_global_options_may_follow_the_command(cli):
     assert r.code == 0 and r.json["command"] == "plan" and r.stderr == ""
     r = cli("drain", "nope", "--reason", "x", "--output=json")
     assert r.code == 5 and r.json["status"] == "error"
+
+
+def test_plan_history_and_replay_reproduce_an_executed_plan(cli):
+    assert cli("-o", "json", "reconcile").code == 0
+    hist = cli("-o", "json", "plan", "--history").json["data"]["history"]
+    assert len(hist) == 1 and hist[0]["seq"] == 1 and hist[0]["launches"] > 0
+    r = cli("-o", "json", "plan", "--replay", "1")
+    assert r.code == 0, r.stderr
+    d = r.json["data"]
+    assert d["reproduced"] is True and d["replayed_plan_id"] == hist[0]["plan_id"] == d["id"]
+    assert sum(a.get("count", 0) for a in d["actions"] if a["kind"] == "launch") == hist[0]["launches"]
+    missing = cli("-o", "json", "plan", "--replay", "42")
+    assert missing.code == 5 and "--history" in missing.stderr

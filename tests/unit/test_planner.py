@@ -205,3 +205,17 @@ def test_placed_work_finishes_before_the_calendar_takes_the_capacity(s):
         # on every node, the longest unit packed there, plus boot and drain, ends before the calendar takes it back
         for _n, safe, longest in a.inputs["segments"]:
             assert longest + inp.policy.drain_seconds + pl.boot_seconds <= safe - NOW
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_a_recorded_input_reproduces_its_plan(s):
+    import json
+
+    from spotctl.core.planner import PlanInput
+
+    inp = build(s)
+    stored = json.loads(json.dumps(inp.to_dict()))  # what the store keeps
+    again = PlanInput.from_dict(stored)
+    assert again.digest() == inp.digest()
+    assert plan(again).to_dict(explain=True) == plan(inp).to_dict(explain=True)
