@@ -28,7 +28,7 @@ from spotctl.core.errors import NotFoundError, StateError
 from spotctl.core.lifecycle import check_transition, event_type
 from spotctl.core.models import Node, NodeState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -79,6 +79,9 @@ MIGRATIONS: dict[int, str] = {
         seq INTEGER PRIMARY KEY AUTOINCREMENT, started_at REAL NOT NULL, finished_at REAL, actor TEXT NOT NULL,
         status TEXT NOT NULL, summary TEXT NOT NULL DEFAULT '{}'
     );
+    """,
+    2: """
+    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL);
     """,
 }
 
@@ -447,6 +450,17 @@ class Store:
 
     def notices(self) -> list[dict]:
         return list(self.db.query("SELECT * FROM notices ORDER BY first_seen_at, id"))
+
+    # -- small persistent values (feed cursors, ETags) ------------------------
+
+    def get_value(self, key: str, default: str | None = None) -> str | None:
+        r = self.conn.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return default if r is None else r[0]
+
+    def set_value(self, key: str, value: str, at: float) -> None:
+        with self.tx() as c:
+            c.execute("INSERT INTO kv (key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                      "value=excluded.value, updated_at=excluded.updated_at", (key, value, at))
 
     # -- plans and passes ----------------------------------------------------
 
