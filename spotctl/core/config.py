@@ -44,6 +44,7 @@ _REGION_SCHEMA = {
         "no_notice_max_seconds": int, "currency": str, "max_launches_per_pass": int,
     },
     "pools": {"*": _POOL_SCHEMA},
+    "openstack": {"image": str, "networks": str, "key_name": str, "user_data": str, "wait_active_seconds": int, "schedule_wait_seconds": int, "delete_verify_seconds": int, "timeout_seconds": _NUM, "blazar": bool, "pools": {"*": {"via": str, "traits": list, "image": str, "networks": str, "deploy_seconds": int}}},
     # Integration sections: each real adapter reads its own table (see ADAPTER_SECTIONS).
     # A section present replaces that part of the simulator for this region.
 }

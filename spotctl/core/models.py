@@ -263,6 +263,7 @@ class Notice:
     deadline: float | None
     reason: str = ""
     pool: str | None = None
+    delivered_at: float | None = None  # the provider's receipt that the node got it
 
 
 @dataclass(frozen=True, slots=True)

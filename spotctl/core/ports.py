@@ -91,6 +91,27 @@ class ContractPort(Protocol):
         """Notices and advisories currently in force."""
 
 
+class NoticeStream(Protocol):
+    """The contract feed's ordered notice log (for the fast path and drills).
+
+    Implemented by the HTTP contract adapter; the caller persists the cursor
+    (``Store.set_value``) so nothing is missed or handled twice across passes.
+    """
+
+    def poll(self, cursor: str | None, wait: float = 0.0) -> tuple[list[Notice], str]:
+        """Notices issued after ``cursor`` (long-polling up to ``wait`` s), and the next cursor."""
+
+    def reclaim(self, instance_ids: list[str], notice_seconds: int, advisory_lead_seconds: int = 0,
+                drill_id: str | None = None) -> dict:
+        """Ask the provider to reclaim instances (drills). Returns the reclaim record with its id."""
+
+    def get_reclaim(self, reclaim_id: str) -> dict:
+        """A reclaim with its per-instance receipts."""
+
+    def status(self) -> dict:
+        """The provider's own view of the contract terms."""
+
+
 @runtime_checkable
 class SchedulerPort(Protocol):
     """One batch scheduler (Kubernetes or Slurm)."""
