@@ -42,6 +42,8 @@ _REGION_SCHEMA = {
         "spend_cap_per_hour": _NUM, "disruption_budget_pct": _NUM, "idle_ttl_seconds": int,
         "drain_seconds": int, "failure_ttl_seconds": int, "default_pod_seconds": int,
         "no_notice_max_seconds": int, "currency": str, "max_launches_per_pass": int,
+        "advisory_prespin_seconds": int, "advisory_drain_seconds": int, "advisory_timeout_seconds": int,
+        "advisory_prespin_lead_seconds": int, "advisory_drain_margin_seconds": int, "calendar_advisory_seconds": int,
     },
     "pools": {"*": _POOL_SCHEMA},
     "openstack": {"image": str, "networks": str, "key_name": str, "user_data": str, "wait_active_seconds": int, "schedule_wait_seconds": int, "delete_verify_seconds": int, "timeout_seconds": _NUM, "blazar": bool, "pools": {"*": {"via": str, "traits": list, "image": str, "networks": str, "deploy_seconds": int}}},
@@ -91,6 +93,13 @@ class Policy:
     no_notice_max_seconds: int = 7200
     currency: str = "EUR"
     max_launches_per_pass: int = 50
+    # The graduated response to an advisory: cordon at once, pre-spin a replacement, then drain.
+    advisory_prespin_seconds: int = 300  # without a deadline: pre-spin this long after the advisory
+    advisory_drain_seconds: int = 900  # without a deadline: drain this long after the advisory
+    advisory_timeout_seconds: int = 3600  # without a deadline: give up (uncordon) after this long
+    advisory_prespin_lead_seconds: int = 1800  # with a deadline: pre-spin this long before it
+    advisory_drain_margin_seconds: int = 600  # with a deadline: drain drain_seconds + this before it
+    calendar_advisory_seconds: int = 3600  # a reservation taking a host is an advisory this long ahead
 
 
 @dataclass(frozen=True)

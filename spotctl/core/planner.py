@@ -46,6 +46,7 @@ from .models import (
 # --- input ------------------------------------------------------------------
 
 EXAMPLES = 20  # unit ids kept per demand class (plan JSON and --explain)
+REPLACEMENT = "replacement"  # the "scheduler" of synthetic demand: capacity for work on nodes about to go
 MAX_EXCLUSIONS = 500  # excluded units listed one by one (all are counted by reason)
 
 
@@ -84,10 +85,11 @@ class NodeView:
     notice: Notice | None
     price: float
     drain_started: float | None = None
+    host: str | None = None
 
     def to_dict(self) -> dict:
         return {
-            "id": self.id, "pool": self.pool, "state": str(self.state), "used": self.used.to_dict(),
+            "id": self.id, "pool": self.pool, "state": str(self.state), "used": self.used.to_dict(), "host": self.host,
             "running": self.running, "cordoned": self.cordoned, "idle_since": self.idle_since,
             "notice": _notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
         }
@@ -112,6 +114,7 @@ class PlanInput:
     no_notice_pools: frozenset[str] = frozenset()
     excluded: dict[str, int] = field(default_factory=dict)  # reason -> count
     exclusions: tuple[tuple[str, str, str], ...] = ()  # (unit, scheduler, reason), first MAX_EXCLUSIONS
+    host_reclaims: dict[str, float] = field(default_factory=dict)  # host -> when a reservation takes it
 
     def digest(self) -> str:
         return self._encoded[1]
@@ -149,6 +152,7 @@ class PlanInput:
             "excluded": dict(sorted(self.excluded.items())),
             "exclusions": [list(e) for e in self.exclusions],
             "pools": {k: pool_to_dict(v) for k, v in sorted(self.pools.items())},
+            "host_reclaims": dict(sorted(self.host_reclaims.items())),
         }
 
     @classmethod
@@ -174,7 +178,7 @@ class PlanInput:
                     id=n["notice"]["id"], instance_id=n["notice"]["instance_id"],
                     kind=NoticeKind(n["notice"]["kind"]), issued_at=n["notice"]["issued_at"],
                     deadline=n["notice"]["deadline"], reason=n["notice"]["reason"], pool=n["notice"]["pool"]),
-                price=n["price"], drain_started=n["drain_started"]) for n in d["nodes"]),
+                price=n["price"], drain_started=n["drain_started"], host=n.get("host")) for n in d["nodes"]),
             demand=tuple(DemandClass(
                 key=c["key"], scheduler=c["scheduler"], shape=Shape(**c["shape"]), priority=c["priority"],
                 expected_seconds=c["expected_seconds"], count=c["count"], pools=tuple(c["pools"]),
@@ -184,6 +188,7 @@ class PlanInput:
             budget=Bucket(rate=b["rate"], burst=b["burst"], tokens=b["tokens"], at=b["at"]),
             no_notice_pools=frozenset(d["no_notice_pools"]), excluded=dict(d["excluded"]),
             exclusions=tuple(tuple(e) for e in d["exclusions"]),
+            host_reclaims=dict(d.get("host_reclaims", {})),
         )
 
 
@@ -237,6 +242,7 @@ def build_input(
     budget: Bucket,
     no_notice_pools: frozenset[str] = frozenset(),
     exclusions: list[Exclusion] | None = None,
+    host_reclaims: dict[str, float] | None = None,
 ) -> PlanInput:
     """Aggregate an observed snapshot into a compact, recordable plan input."""
     by_node: dict[str, list[NodeUsage]] = {}
@@ -272,7 +278,7 @@ def build_input(
             id=node.id, pool=node.pool, state=node.state, used=used, running=running,
             cordoned=node.cordoned or any(u.cordoned for u in us), idle_since=idle_since,
             notice=notice, price=node.price,
-            drain_started=node.updated_at if node.state is NodeState.DRAINING else None,
+            drain_started=node.updated_at if node.state is NodeState.DRAINING else None, host=node.host,
         ))
     classes: dict[tuple, list] = {}
     for u in units:
@@ -306,6 +312,7 @@ def build_input(
         pool_failures={p: t for p, t in pool_failures.items() if t > now}, budget=budget,
         no_notice_pools=no_notice_pools, excluded=dict(excluded),
         exclusions=tuple(sorted((e.unit_id, str(e.scheduler), e.reason) for e in (exclusions or ()))[:MAX_EXCLUSIONS]),
+        host_reclaims={h: t for h, t in (host_reclaims or {}).items() if now <= t <= now + policy.calendar_advisory_seconds * 2},
     )
 
 
@@ -411,11 +418,18 @@ def plan(inp: PlanInput) -> Plan:
 
     live = [n for n in inp.nodes]
     gone_soon: set[str] = set()
-    replacement_slots = 0
+    to_replace: list[NodeView] = []  # nodes whose running work needs capacity elsewhere, soon
 
     # 1-3: node housekeeping -------------------------------------------------
     for n in live:
         notice = n.notice
+        if notice is None and n.host and n.host in inp.host_reclaims:
+            at = inp.host_reclaims[n.host]
+            if at - now <= policy.calendar_advisory_seconds:
+                # Blazar says a reservation takes this host: treat it as an advisory, early.
+                notice = Notice(id=f"calendar-{n.host}-{int(at)}", instance_id="", kind=NoticeKind.CALENDAR,
+                                issued_at=at - policy.calendar_advisory_seconds, deadline=at,
+                                reason=f"reservation takes host {n.host}", pool=n.pool)
         if notice is not None and notice.kind is NoticeKind.HARD:
             deadline = notice.deadline
             if deadline is not None and now >= deadline and n.state is not NodeState.DELETING:
@@ -430,7 +444,7 @@ def plan(inp: PlanInput) -> Plan:
                     f"hard notice {notice.id} ({notice.reason or 'reclaim'})" + (f", deadline in {int(left)}s" if left is not None else ""),
                     node=n.id, pool=n.pool, deadline=deadline, inputs={"notice": notice.id})
                 if n.running:
-                    replacement_slots += 1
+                    to_replace.append(n)
                 gone_soon.add(n.id)
                 continue
         if n.state is NodeState.DRAINING:
@@ -449,19 +463,45 @@ def plan(inp: PlanInput) -> Plan:
             if tokens(Priority.CONSOLIDATION, 1):
                 add("delete", Priority.CONSOLIDATION, "instance failed to build", node=n.id, pool=n.pool)
             continue
-        if notice is not None and n.state is NodeState.ACTIVE and not n.cordoned:
-            add("cordon", Priority.RECLAIM, f"advisory {notice.id} ({notice.reason or 'reclaim risk'}): stop new placements",
-                node=n.id, pool=n.pool, inputs={"notice": notice.id})
+        if notice is not None and n.state in (NodeState.ACTIVE, NodeState.ADVISED, NodeState.BUILDING):
+            stage = advisory_stage(notice, now, policy)
+            what = f"{notice.kind.value} advisory {notice.id} ({notice.reason or 'reclaim risk'})"
+            if stage == "expired":
+                # Time-boxed: an advisory that neither cleared nor became a notice stops steering us.
+                if n.state is NodeState.ADVISED:
+                    add("uncordon", Priority.OPERATOR, f"{what} timed out after {int(now - notice.issued_at)}s: "
+                        "accept work again", node=n.id, pool=n.pool, inputs={"notice": notice.id})
+                continue
             gone_soon.add(n.id)
+            if stage == "drain":
+                when = f", reclaim in {int(notice.deadline - now)}s" if notice.deadline is not None else ""
+                add("drain", Priority.RECLAIM, f"{what}: drain ahead of the reclaim{when}", node=n.id, pool=n.pool,
+                    deadline=notice.deadline, inputs={"notice": notice.id, "stage": stage})
+                if n.running:
+                    to_replace.append(n)
+                continue
+            if n.state is not NodeState.ADVISED and not n.cordoned:
+                add("cordon", Priority.RECLAIM, f"{what}: stop new placements", node=n.id, pool=n.pool,
+                    inputs={"notice": notice.id, "stage": "cordon"})
+            if stage == "prespin" and n.running:
+                to_replace.append(n)
             continue
         if notice is None and n.state is NodeState.ADVISED:
             add("uncordon", Priority.OPERATOR, "advisory cleared: accept work again", node=n.id, pool=n.pool)
-        if notice is not None:
-            gone_soon.add(n.id)
+
+    # Replacement capacity, planned before ordinary demand (priority class "replacement"): one unit
+    # the size of what runs on each node about to go, in any other pool of the same kind that fits it.
+    demand = list(inp.demand)
+    for n in sorted(to_replace, key=lambda n: n.id):
+        src = inp.pools.get(n.pool)
+        others = tuple(sorted(name for name, p in inp.pools.items() if name != n.pool and n.used.fits_in(p.shape)
+                              and (src is None or p.kind is src.kind)))
+        demand.append(DemandClass(key=f"replace-{n.id}", scheduler=REPLACEMENT, shape=n.used, priority=1_000_000,
+                                  expected_seconds=0, count=1, pools=others, examples=(n.id,)))
 
     # 4: demand --------------------------------------------------------------
-    remaining = {d.key: d.count for d in inp.demand}
-    classes = {d.key: d for d in inp.demand}
+    remaining = {d.key: d.count for d in demand}
+    classes = {d.key: d for d in demand}
     unplaced: dict[str, int] = {}
     used_nodes: set[str] = set()
 
@@ -474,7 +514,7 @@ def plan(inp: PlanInput) -> Plan:
         room = (inp.pools[n.pool].shape - n.used).clamp() if n.pool in inp.pools else Shape()
         groups.setdefault((n.pool, room), []).append(n.id)
     serving: dict[str, list[DemandClass]] = {}
-    for d in inp.demand:
+    for d in demand:
         for pname in d.pools:
             serving.setdefault(pname, []).append(d)
     for (pool_name, room), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
@@ -538,16 +578,20 @@ def plan(inp: PlanInput) -> Plan:
     budget_out = False
 
     if rc is None:
-        for d in inp.demand:
+        for d in demand:
             if remaining[d.key]:
                 block[d.key] = "rate card unavailable: no launches without prices"
         explain.append("rate card unavailable: launches are held until prices are known")
         pool_order = []
 
-    for _score, name in pool_order:
+    planned: dict[str, int] = {}  # pool -> nodes launched by this plan so far
+    rounds = ((Priority.REPLACEMENT, [d for d in demand if d.scheduler == REPLACEMENT]),
+              (Priority.LAUNCH, [d for d in demand if d.scheduler != REPLACEMENT]))
+    for priority, round_demand in rounds:
+      for _score, name in pool_order:  # noqa: E111 (one round per priority class)
         pool = inp.pools[name]
         price = prices[name]
-        cands = [d for d in inp.demand if name in d.pools and remaining[d.key] > 0]
+        cands = [d for d in round_demand if name in d.pools and remaining[d.key] > 0]
         if not cands:
             continue
         if inp.pool_failures.get(name, 0) > now:
@@ -556,9 +600,9 @@ def plan(inp: PlanInput) -> Plan:
             explain.append(f"{name}: skipped, launch failed recently")
             continue
         hr = inp.headroom.get(name)
-        free = hr.free if hr else 0
+        free = (hr.free if hr else 0) - planned.get(name, 0)
         cal = inp.calendars.get(name)
-        existing = live_by_pool.get(name, 0)
+        existing = live_by_pool.get(name, 0) + planned.get(name, 0)
         limit_left = max(0, pool.max_nodes - existing)
         launched = 0
         units = 0
@@ -616,7 +660,7 @@ def plan(inp: PlanInput) -> Plan:
             if cal:
                 reps = min(reps, _same_window_count(cal, n_total, now))
             reps = max(reps, 1)
-            granted = tokens(Priority.REPLACEMENT if replacement_slots > 0 else Priority.LAUNCH, reps)
+            granted = tokens(priority, reps)
             if granted <= 0:
                 for d in fits:
                     block[d.key] = "token budget exhausted for this pass"
@@ -624,7 +668,6 @@ def plan(inp: PlanInput) -> Plan:
                 budget_out = True
                 break
             reps = granted
-            replacement_slots = max(0, replacement_slots - reps)
             for k, c in pattern.items():
                 remaining[k] -= c * reps
                 units += c * reps
@@ -640,9 +683,11 @@ def plan(inp: PlanInput) -> Plan:
                 quota_ram -= pool.shape.ram_mb * reps
             earliest_safe = safe_until if earliest_safe is None else min(earliest_safe, safe_until)
         if launched:
-            pr = Priority.LAUNCH
-            add("launch", pr,
-                f"{units} pending units fit {launched} × {name} ({pool.shape.vcpu} vCPU/{pool.shape.ram_mb // 1024} GiB"
+            planned[name] = planned.get(name, 0) + launched
+            what = ("replacement capacity for " + ", ".join(sorted({e for d in cands for e in d.examples}))
+                    if priority is Priority.REPLACEMENT else f"{units} pending units")
+            add("launch", priority,
+                f"{what}: {launched} × {name} ({pool.shape.vcpu} vCPU/{pool.shape.ram_mb // 1024} GiB"
                 + (f"/{pool.shape.gpus} GPU" if pool.shape.gpus else "") + f") at {price:.3f}/node-hour"
                 + (f"; calendar keeps the capacity until {int(earliest_safe - now)}s from now" if earliest_safe and cal and earliest_safe < cal.end else ""),
                 pool=name, count=launched, units=units, price=price,
@@ -650,7 +695,7 @@ def plan(inp: PlanInput) -> Plan:
                         "segments": segments})
             explain.append(f"{name}: launch {launched} for {units} units (score {_score:.4f}, headroom {free}, price {price})")
 
-    for d in inp.demand:
+    for d in demand:
         left = remaining[d.key]
         if left <= 0:
             continue
@@ -697,6 +742,30 @@ def plan(inp: PlanInput) -> Plan:
     return Plan(id=plan_id, region=inp.region, now=now, actions=tuple(actions), unplaced=dict(sorted(unplaced.items())),
                 pools=pool_summaries, demand=demand_summary, inputs=inputs, explain=tuple(explain),
                 excluded=tuple({"unit": u, "scheduler": sch, "reason": r} for u, sch, r in inp.exclusions))
+
+
+def advisory_stage(notice: Notice, now: float, policy: Policy) -> str:
+    """Where the graduated response to an advisory stands: cordon → prespin → drain, or expired.
+
+    With a deadline (a calendar reclaim, a lease start) the stages run back from
+    it, so that the node is empty before the provider's hard notice; without
+    one they run forward from the advisory, and give up after the time box.
+    """
+    if notice.deadline is not None:
+        left = notice.deadline - now
+        if left <= policy.drain_seconds + policy.advisory_drain_margin_seconds:
+            return "drain"
+        if left <= policy.advisory_prespin_lead_seconds:
+            return "prespin"
+        return "cordon"
+    age = now - notice.issued_at
+    if age >= policy.advisory_timeout_seconds:
+        return "expired"
+    if age >= policy.advisory_drain_seconds:
+        return "drain"
+    if age >= policy.advisory_prespin_seconds:
+        return "prespin"
+    return "cordon"
 
 
 def _fill(room: Shape, cands: list[DemandClass], remaining: dict[str, int], window: float | None) -> dict[str, int]:

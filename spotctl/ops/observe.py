@@ -228,5 +228,17 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None) -> 
         usage=snap.usage, notices=snap.notices,
         units=snap.units, excluded=excluded, recent_reclaims=rt.store.recent_reclaims(now - RECLAIM_WINDOW),
         pool_failures=rt.store.pool_failures(now), budget=rt.bucket(), no_notice_pools=no_notice,
-        exclusions=snap.exclusions,
+        exclusions=snap.exclusions, host_reclaims=host_reclaims(rt, snap),
     )
+
+
+def host_reclaims(rt: Runtime, snap: Snapshot) -> dict[str, float]:
+    """When a reservation takes each host back from the spot pool (lease start minus cleaning time)."""
+    out: dict[str, float] = {}
+    for r in snap.reservations:
+        pool = rt.region.pools.get(r.pool)
+        at = r.start - (pool.cleaning_seconds if pool else 0)
+        for h in r.hosts:
+            if r.end > snap.now and (h not in out or at < out[h]):
+                out[h] = max(at, snap.now)
+    return out

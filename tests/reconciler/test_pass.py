@@ -148,3 +148,21 @@ def test_a_day_of_passes_keeps_every_promise(make_rt):
     # every state change has its event; the audit chain verifies
     assert len(rt.store.outbox_rows("event")) == rt.store.counts()["transitions"]
     assert rt.store.verify_audit()[0]
+
+
+def test_advisories_get_a_graduated_response_without_thrash(make_rt):
+    rt, world = make_rt()
+    advance(rt, world, 12 * 3600, step=60)
+    transitions = rt.store.transitions()
+    advised = Counter(t["node_id"] for t in transitions if t["to_state"] == "advised")
+    assert advised, "the demo region sends advisories over half a day"
+    # no node goes advised -> active -> advised ... in a loop
+    assert max(advised.values()) <= 2, advised
+    # every node drained because of an advisory was emptied and deleted, never relaunched in place
+    drained = {t["node_id"] for t in transitions if t["to_state"] == "draining" and "advisory" in t["reason"]}
+    for node_id in drained:
+        states = [t["to_state"] for t in transitions if t["node_id"] == node_id]
+        assert states.index("draining") < len(states) and "active" not in states[states.index("draining"):]
+    # calendar reclaims were announced as lifecycle events before the hard notice could come
+    events = [e for e in rt.store.outbox_rows("event") if '"to":"advised"' in e["payload"]]
+    assert any("reservation" in e["payload"] or "calendar" in e["payload"] for e in events)
