@@ -39,9 +39,13 @@ def setup_logging(fmt: str, level: int) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="spot-reconciler",
-        description="Run one spotctl reconcile pass for a region (for a systemd timer).",
+        description="Run one spotctl reconcile pass for a region (for a systemd timer), or, with `watch`, "
+                    "long-poll the provider's notices and handle each at once (a long-running service).",
         epilog="Exit status: 0 ok or skipped, 3 config, 5 unknown region, 7 partial, 8 backend unavailable, "
                "9 state database, 1 unexpected.")
+    p.add_argument("mode", nargs="?", choices=("pass", "watch"), default="pass",
+                   help="pass (default): one reconcile pass; watch: the notice fast path, until SIGTERM")
+    p.add_argument("--wait", type=float, default=20.0, help="watch: long-poll seconds per request (default 20)")
     p.add_argument("--region", "-r", default=os.environ.get("SPOTCTL_REGION"), help="region (default: config default)")
     p.add_argument("--config", help="config file (same as SPOTCTL_CONFIG)")
     p.add_argument("--state-dir", help="state directory (default: $XDG_STATE_HOME/spotctl)")
@@ -67,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         rt = build_runtime(config, args.region, actor=f"spot-reconciler@{socket.gethostname()}",
                            progress=lambda m: log.info("%s", m))
         try:
+            if args.mode == "watch":
+                return run_watch(rt, args.wait)
             result = run_pass(rt, dry_run=args.dry_run)
         finally:
             rt.store.close()
@@ -86,6 +92,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_file:
         write_metrics(args.metrics_file, result)
     return 0 if result.status in ("ok", "skipped", "dry-run") else int(ExitCode.PARTIAL)
+
+
+def run_watch(rt, wait: float) -> int:
+    """The fast path: handle notices as they arrive until SIGTERM/SIGINT."""
+    import signal
+    import threading
+
+    from spotctl.ops.watch import watch
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("watching notices for region %s", rt.region.name)
+    stats = watch(rt, stop=stop, wait=wait, on_event=lambda ev: print(json.dumps(ev), flush=True))
+    log.info("watcher stopped: %s", stats)
+    return 0
 
 
 def write_metrics(path: str, result) -> None:

@@ -193,7 +193,8 @@ def _sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]
     for nt in snap.notices:
         node = by_instance.get(nt.instance_id)
         store.see_notice(notice_id=nt.id, node_id=node.id if node else None, instance_id=nt.instance_id,
-                         kind=str(nt.kind), issued_at=nt.issued_at, deadline=nt.deadline, reason=nt.reason, at=now)
+                         kind=str(nt.kind), issued_at=nt.issued_at, deadline=nt.deadline, reason=nt.reason, at=now,
+                         delivered_at=nt.delivered_at, pool=nt.pool or (node.pool if node else None))
     return changed, sorted((n for n in nodes + adopted if n.live), key=lambda n: n.id)
 
 
@@ -212,15 +213,21 @@ def _forget(rt: Runtime, node: Node) -> None:
             log.info("scheduler %s could not forget %s: %s", s.name, node.id, e.message)
 
 
-def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None) -> PlanInput:
-    """The planner's input from a snapshot; ``nodes`` saves a reload when the caller has them."""
+def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
+               no_notice: frozenset[str] | None = None) -> PlanInput:
+    """The planner's input from a snapshot; ``nodes`` saves a reload when the caller has them.
+
+    ``no_notice``: pools whose provider contract is not met (see ops.contract); they plan under the
+    no-notice policy.
+    """
     now = snap.now
     excluded: dict[str, int] = {}
     for e in snap.exclusions:
         excluded[e.reason] = excluded.get(e.reason, 0) + 1
     # No notices (feed down, or no contract feed configured): every pool runs under the no-notice policy.
-    without_notices = "notices" in snap.degraded or not getattr(rt.contract, "provides_notices", True)
-    no_notice = frozenset(rt.region.pools) if without_notices else frozenset()
+    if no_notice is None:
+        without_notices = "notices" in snap.degraded or not getattr(rt.contract, "provides_notices", True)
+        no_notice = frozenset(rt.region.pools) if without_notices else frozenset()
     return build_input(
         region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
         headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota,

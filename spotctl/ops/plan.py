@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from spotctl.core.planner import Plan, PlanInput, plan as make_plan
 
+from . import contract
 from .observe import observe, plan_input
 from .runtime import Runtime
 
 
 def show_plan(rt: Runtime) -> tuple[Plan, dict[str, str]]:
     snap = observe(rt)
-    return make_plan(plan_input(rt, snap)), snap.degraded
+    conformance = contract.evaluate(rt, snap)
+    return make_plan(plan_input(rt, snap, no_notice=contract.degraded_pools(conformance))), snap.degraded
 
 
 def history(rt: Runtime, limit: int = 20) -> list[dict]:

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from spotctl.core.planner import Plan, plan as make_plan
 
+from . import contract
 from .act import Outcome, execute, resume
 from .observe import Snapshot, observe, plan_input, sync_nodes
+from .relay import DESTINATIONS, relay as relay_outbox
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,8 @@ class PassResult:
     tokens_left: float = 0.0
     duration_s: float = 0.0
     message: str = ""
+    contract_changes: list[dict] = field(default_factory=list)
+    relay: dict | None = None  # outbox kind -> what the relay delivered and what stays queued
 
     def to_dict(self) -> dict:
         return {
@@ -46,6 +50,8 @@ class PassResult:
             "degraded": self.degraded,
             "synced": self.synced,
             "budget": {"tokens_used": self.tokens_used, "tokens_left": round(self.tokens_left, 3)},
+            "contract_changes": self.contract_changes,
+            "relay": self.relay,
         }
 
 
@@ -66,9 +72,11 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
         snap = observe(rt)
         result.degraded = dict(snap.degraded)
         nodes = None
+        conformance = contract.evaluate(rt, snap)
         if not dry_run:
             result.synced, nodes = sync_nodes(rt, snap)
-        inp = plan_input(rt, snap, nodes)
+            result.contract_changes = contract.record_changes(rt, conformance)
+        inp = plan_input(rt, snap, nodes, no_notice=contract.degraded_pools(conformance))
         plan = make_plan(inp)
         result.plan = plan
         rt.progress(f"plan {plan.id}: {len(plan.actions)} actions")
@@ -78,7 +86,8 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
             rt.store.record_plan(plan_id=plan.id, at=now, actor=rt.actor, executed=True,
                                  summary={"actions": len(plan.actions), "launches": plan.launches(),
                                           "demand": plan.demand}, plan_input=inp.to_dict())
-            result.outcomes.extend(_act(rt, plan, snap))
+            result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools))
+            result.relay = _relay(rt, result)
         if result.degraded or any(o.status in ("failed", "partial") and not _fell_back(o, result) for o in result.outcomes):
             if result.status == "ok":
                 result.status = "partial"
@@ -94,13 +103,22 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
         rt.store.unlock()
 
 
+def _relay(rt: Runtime, result: PassResult) -> dict:
+    """Outbox → Kafka and the audit service; a configured destination that is down makes the pass partial."""
+    configured = {dest for dest in DESTINATIONS.values() if rt.region.section(dest) is not None}
+    report = relay_outbox(rt.store, getattr(rt, "outlets", None) or {}, now=rt.now, configured=configured)
+    for dest, why in report.failed.items():
+        result.degraded[f"relay.{dest}"] = why
+    return report.to_dict()
+
+
 def _fell_back(o: Outcome, result: PassResult) -> bool:
     """A launch refused for capacity whose demand another pool took is not a failure of the pass."""
     return o.kind == "launch" and o.status == "failed" and any(
         x.kind == "launch" and x.status == "ok" and x.pool != o.pool and x is not o for x in result.outcomes)
 
 
-def _act(rt: Runtime, plan: Plan, snap: Snapshot) -> list[Outcome]:
+def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str]) -> list[Outcome]:
     outcomes: list[Outcome] = []
     current = plan
     for round_ in range(MAX_FALLBACK_ROUNDS + 1):
@@ -118,7 +136,7 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot) -> list[Outcome]:
         # Fall back to the next pool in the same pass: re-plan with the failure remembered.
         rt.progress(f"launch failed in {', '.join(failed_pools)}: re-planning without it")
         snap = observe(rt)
-        current = make_plan(plan_input(rt, snap))
+        current = make_plan(plan_input(rt, snap, no_notice=no_notice))
         if not any(a.kind == "launch" for a in current.actions):
             break
     return outcomes

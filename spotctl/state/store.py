@@ -28,7 +28,7 @@ from spotctl.core.errors import NotFoundError, StateError
 from spotctl.core.lifecycle import check_transition, event_type
 from spotctl.core.models import Node, NodeState
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -82,6 +82,11 @@ MIGRATIONS: dict[int, str] = {
     """,
     2: """
     CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL);
+    """,
+    3: """
+    ALTER TABLE notices ADD COLUMN delivered_at REAL;
+    ALTER TABLE notices ADD COLUMN pool TEXT;
+    CREATE INDEX notices_seen ON notices(first_seen_at);
     """,
 }
 
@@ -244,6 +249,11 @@ class Store:
                                 hint="`spotctl status` lists the region's nodes")
         return _node(r)
 
+    def node_by_instance(self, instance_id: str) -> Node | None:
+        r = self.conn.execute("SELECT * FROM nodes WHERE instance_id=? ORDER BY created_at DESC LIMIT 1",
+                              (instance_id,)).fetchone()
+        return None if r is None else _node(r)
+
     def find_node(self, node_id: str) -> Node | None:
         r = self.conn.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
         return None if r is None else _node(r)
@@ -351,6 +361,61 @@ class Store:
             sql += " AND delivered_at IS NULL"
         return list(self.db.query(sql + " ORDER BY id", args))
 
+    # -- outbox relay and audit queries (issue 6) ----------------------------
+
+    def pending_batch(self, kind: str, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
+        """The oldest undelivered outbox rows of a kind, as (id, key, payload), in id order (no sort: index)."""
+        return [tuple(r) for r in self.conn.execute(
+            "SELECT id, key, payload FROM outbox WHERE kind=? AND delivered_at IS NULL AND id > ? ORDER BY id LIMIT ?",
+            (kind, after_id, int(limit)))]
+
+    def mark_delivered(self, ids: list[int], at: float) -> None:
+        """Mark outbox rows delivered (called only after the destination acknowledged them)."""
+        with self.tx() as c:
+            c.executemany("UPDATE outbox SET delivered_at=? WHERE id=? AND delivered_at IS NULL",
+                          [(at, i) for i in ids])
+
+    def outbox_pending(self, kind: str) -> tuple[int, float | None]:
+        """(undelivered rows of a kind, creation time of the oldest)."""
+        r = self.conn.execute("SELECT count(*), min(created_at) FROM outbox WHERE kind=? AND delivered_at IS NULL",
+                              (kind,)).fetchone()
+        return r[0], r[1]
+
+    def audit_delivered(self) -> dict[str, float | None]:
+        """Audit record id -> when its outbox row was delivered (None: still queued)."""
+        return {r[0]: r[1] for r in self.conn.execute("SELECT key, delivered_at FROM outbox WHERE kind='audit'")}
+
+    def audit_query(self, *, since: float | None = None, actor: str | None = None, action: str | None = None,
+                    target: str | None = None, limit: int | None = None) -> list[dict]:
+        """Audit records matching every given filter, oldest first (``action`` may end with ``*``)."""
+        sql, args = "SELECT * FROM audit WHERE 1=1", []
+        if since is not None:
+            sql, args = sql + " AND at >= ?", args + [since]
+        if actor:
+            sql, args = sql + " AND actor = ?", args + [actor]
+        if action:
+            if action.endswith("*"):
+                sql, args = sql + " AND action LIKE ? ESCAPE '\\'", args + [
+                    action[:-1].replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"]
+            else:
+                sql, args = sql + " AND action = ?", args + [action]
+        if target:
+            sql, args = sql + " AND target = ?", args + [target]
+        sql += " ORDER BY seq" + (f" LIMIT {int(limit)}" if limit else "")
+        return [{**dict(r), "inputs": json.loads(r["inputs"])} for r in self.conn.execute(sql, args)]
+
+    def audit_record(self, record_id: str) -> dict:
+        """One audit record by id (a unique prefix of at least 8 characters also works)."""
+        rows = self.conn.execute("SELECT * FROM audit WHERE id = ?", (record_id,)).fetchall()
+        if not rows and len(record_id) >= 8:
+            rows = self.conn.execute("SELECT * FROM audit WHERE id LIKE ? LIMIT 2",
+                                     (record_id.replace("%", "").replace("_", "") + "%",)).fetchall()
+        if len(rows) != 1:
+            raise NotFoundError(f"no audit record {record_id!r} in region {self.region!r}" if not rows else
+                                f"audit record id prefix {record_id!r} is ambiguous",
+                                hint="`spotctl audit list` shows record ids")
+        return {**dict(rows[0]), "inputs": json.loads(rows[0]["inputs"])}
+
     def counts(self) -> dict:
         c = self.conn
         return {
@@ -435,14 +500,19 @@ class Store:
             "SELECT pool, count(*) FROM reclaims WHERE at >= ? GROUP BY pool", (since,))}
 
     def see_notice(self, *, notice_id: str, node_id: str | None, instance_id: str, kind: str, issued_at: float,
-                   deadline: float | None, reason: str, at: float) -> bool:
+                   deadline: float | None, reason: str, at: float, delivered_at: float | None = None,
+                   pool: str | None = None) -> bool:
         """Record a notice the first time it is seen; True if new."""
         with self.tx() as c:
             cur = c.execute(
                 "INSERT OR IGNORE INTO notices (id, node_id, instance_id, kind, issued_at, deadline, first_seen_at,"
-                " reason) VALUES (?,?,?,?,?,?,?,?)",
-                (notice_id, node_id, instance_id, kind, issued_at, deadline, at, reason))
+                " reason, delivered_at, pool) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (notice_id, node_id, instance_id, kind, issued_at, deadline, at, reason, delivered_at, pool))
             return cur.rowcount == 1
+
+    def notices_since(self, t: float) -> list[dict]:
+        """Notices first seen at or after ``t`` (the evidence for contract conformance)."""
+        return list(self.db.query("SELECT * FROM notices WHERE first_seen_at >= ? ORDER BY first_seen_at, id", (t,)))
 
     def notice_handled(self, notice_id: str, at: float) -> None:
         with self.tx() as c:

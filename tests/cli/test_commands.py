@@ -138,3 +138,16 @@ def test_plan_history_and_replay_reproduce_an_executed_plan(cli):
     assert sum(a.get("count", 0) for a in d["actions"] if a["kind"] == "launch") == hist[0]["launches"]
     missing = cli("-o", "json", "plan", "--replay", "42")
     assert missing.code == 5 and "--history" in missing.stderr
+
+
+def test_contract_check(cli):
+    r = cli("-o", "json", "contract", "check")
+    assert r.code == 0, r.stderr
+    d = r.json["data"]
+    assert d["met"] is True and len(d["pools"]) >= 6
+    assert {t for p in d["pools"].values() for t in p["terms"]} == {
+        "notice", "advisory", "rate_card", "reservations", "reclaim_api"}
+    one = cli("-o", "json", "contract", "check", "--pool", "gp-az1").json["data"]
+    assert list(one["pools"]) == ["gp-az1"]
+    bad = cli("-o", "json", "contract", "check", "--pool", "nope")
+    assert bad.code == 5

@@ -1,0 +1,169 @@
+"""Client of the audit log service (``docs/audit/openapi.yaml``), with retries and backoff.
+
+Region table ``[regions.R.audit]``::
+
+    url = "https://audit.example.net"     # required
+    token_file = "/etc/spotctl/audit.token"   # or token = "..." (prefer the file)
+    timeout_seconds = 5        # one HTTP request
+    max_wait_seconds = 15      # all retries of one batch; then its rows stay queued
+    ca_file = "/etc/ssl/certs/internal-ca.pem"
+
+Each record is sent with its id as the idempotency key, so a batch retried
+after a lost answer (or re-sent after a crash) is acknowledged as
+``duplicate`` and stored once. 5xx, 429, timeouts and refused connections are
+retried with exponential backoff and jitter until ``max_wait_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from spotctl.core.config import RegionConfig
+from spotctl.core.errors import AuthError, ConfigError, NotFoundError, TemporaryError, UnavailableError
+
+log = logging.getLogger(__name__)
+
+ACKNOWLEDGED = ("created", "duplicate")
+RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+
+
+class AuditClient:
+    """Talks to one audit log service; implements ``spotctl.ops.relay.Outlet``."""
+
+    def __init__(self, url: str, token: str, *, timeout_seconds: float = 5.0, max_wait_seconds: float = 15.0,
+                 ca_file: str | None = None, batch_size: int = 200, sleep=time.sleep):
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"audit: url must start with http:// or https://, got {url!r}")
+        self.url = url.rstrip("/")
+        self._token = token
+        self.timeout_seconds = float(timeout_seconds)
+        self.max_wait_seconds = float(max_wait_seconds)
+        self.verify: bool | str = ca_file or True
+        self.batch_size = max(1, min(1000, int(batch_size)))  # records per POST (the service takes <= 1000)
+        self.last_error: str | None = None
+        self.attempts = 0  # HTTP attempts made (for reports and tests)
+        self._sleep = sleep
+        self._session = None
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"AuditClient({self.url!r})"
+
+    @classmethod
+    def from_config(cls, region: RegionConfig) -> "AuditClient":
+        t = region.section("audit") or {}
+        if not t.get("url"):
+            raise ConfigError(f"region {region.name!r}: [audit] needs url")
+        token = t.get("token")
+        if t.get("token_file"):
+            try:
+                token = Path(t["token_file"]).expanduser().read_text().strip()
+            except OSError as e:
+                raise ConfigError(f"region {region.name!r}: cannot read audit.token_file: {e.strerror}") from None
+        if not token:
+            raise ConfigError(f"region {region.name!r}: [audit] needs token_file (or token)")
+        return cls(t["url"], token, timeout_seconds=t.get("timeout_seconds", 5.0),
+                   max_wait_seconds=t.get("max_wait_seconds", 15.0), ca_file=t.get("ca_file"),
+                   batch_size=t.get("batch_size", 200))
+
+    # -- the Outlet interface ----------------------------------------------------
+
+    def deliver(self, rows: list[tuple[str, str]]) -> int:
+        """Send audit outbox rows; return how many leading records the service acknowledged."""
+        self.last_error = None
+        items = [{"idempotency_key": key, "record": json.loads(payload)} for key, payload in rows]
+        body = self._request("POST", "/v1/batches", json_body={"records": items})
+        results = body.get("results") if isinstance(body, dict) else None
+        if not isinstance(results, list) or len(results) != len(items):
+            raise TemporaryError(f"audit service {self.url}: malformed answer (expected {len(items)} results)")
+        n = 0
+        for item, res in zip(items, results):
+            if res.get("idempotency_key") != item["idempotency_key"] or res.get("status") not in ACKNOWLEDGED:
+                err = res.get("error") or {}
+                self.last_error = (f"record {item['idempotency_key']}: {res.get('status')}"
+                                   f"{': ' + err.get('message', '') if err else ''}")
+                break
+            n += 1
+        return n
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    # -- reading -------------------------------------------------------------------
+
+    def records(self, region: str | None = None, page: int = 500) -> Iterator[dict]:
+        """Every stored record (of a region), in the order the service received them."""
+        after = 0
+        while True:
+            params = {"after": after, "limit": page}
+            if region:
+                params["region"] = region
+            body = self._request("GET", "/v1/records", params=params)
+            yield from body.get("records", [])
+            if body.get("next_after") is None:
+                return
+            after = body["next_after"]
+
+    def record(self, record_id: str) -> dict:
+        return self._request("GET", f"/v1/records/{record_id}")
+
+    # -- HTTP with retries -----------------------------------------------------------
+
+    def _request(self, method: str, path: str, *, json_body=None, params=None) -> dict:
+        import requests
+
+        if self._session is None:
+            self._session = requests.Session()
+        deadline = time.monotonic() + self.max_wait_seconds
+        attempt = 0
+        last = "no attempt"
+        while True:
+            attempt += 1
+            self.attempts += 1
+            timeout = max(0.1, min(self.timeout_seconds, deadline - time.monotonic()))
+            try:
+                resp = self._session.request(method, self.url + path, json=json_body, params=params, timeout=timeout,
+                                             verify=self.verify, headers={"Authorization": f"Bearer {self._token}"})
+            except requests.Timeout:
+                last = f"no answer within {timeout:.1f}s"
+            except requests.ConnectionError as e:
+                last = f"cannot connect ({type(e).__name__})"
+            except requests.RequestException as e:
+                raise UnavailableError(f"audit service {self.url}: {type(e).__name__}: {e}") from None
+            else:
+                if resp.status_code < 300:
+                    try:
+                        return resp.json()
+                    except ValueError:
+                        last = f"HTTP {resp.status_code} with a body that is not JSON"
+                elif resp.status_code in (401, 403):
+                    raise AuthError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})",
+                                    hint="check [audit] token_file")
+                elif resp.status_code == 404 and method == "GET":
+                    raise NotFoundError(f"audit service {self.url}: {_message(resp)}")
+                elif resp.status_code not in RETRY_STATUS:
+                    raise UnavailableError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})")
+                else:
+                    last = f"HTTP {resp.status_code} ({_message(resp)})"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.last_error = last
+                raise TemporaryError(f"audit service {self.url}: {last}; gave up after {attempt} attempts in "
+                                     f"{self.max_wait_seconds:g}s", hint="the records stay queued in the outbox")
+            backoff = min(2.0, 0.1 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+            log.info("audit service %s: %s; retrying in %.2fs", self.url, last, min(backoff, remaining))
+            self._sleep(min(backoff, remaining))
+
+
+def _message(resp) -> str:
+    try:
+        err = resp.json().get("error", {})
+        return f"{err.get('code')}: {err.get('message')}"
+    except (ValueError, AttributeError):
+        return (resp.text or "")[:200]

@@ -1,0 +1,339 @@
+"""The provider contract feed over HTTP (``docs/contract/openapi.yaml``).
+
+:class:`ContractFeed` implements :class:`~spotctl.core.ports.ContractPort`
+(``rate_card()``, ``notices()`` = the notices in force) and
+:class:`~spotctl.core.ports.NoticeStream` (``poll``, ``reclaim``,
+``get_reclaim``, ``status``).
+
+Configured per region::
+
+    [regions.R.contract]
+    url = "https://spot-contract.example.net"   # required
+    token_file = "/etc/spotctl/contract.token"  # or token = "..." (bearer)
+    timeout_seconds = 10                        # per request (long-polls add their wait)
+    retries = 3                                 # on 409/429/5xx/timeouts, with backoff
+
+Errors are translated here: 401/403 → AuthError, 404 → NotFoundError,
+400 → RefusedError, 409/429/5xx/timeouts → TemporaryError (after the
+retries), connection refused → UnavailableError. The rate card is fetched
+with ``If-None-Match``; on 304 the card held is returned. Feed bodies are
+checked: a malformed rate card is an UnavailableError; a malformed notice is
+skipped, counted in ``rejected`` and logged. ``requests`` is imported on the
+first call, never at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+from spotctl.core.config import RegionConfig
+from spotctl.core.errors import (
+    AuthError,
+    ConfigError,
+    NotFoundError,
+    RefusedError,
+    TemporaryError,
+    UnavailableError,
+)
+from spotctl.core.models import Notice, NoticeKind, RateCard
+
+log = logging.getLogger(__name__)
+
+_KINDS = {k.value: k for k in NoticeKind}
+
+
+def parse_ts(value: object) -> float | None:
+    """An RFC 3339 timestamp (or epoch seconds) as epoch seconds; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        t = float(value)
+    elif isinstance(value, str):
+        dt = datetime.fromisoformat(value.replace("z", "Z"))
+        if dt.tzinfo is None:
+            raise ValueError(f"timestamp {value!r} has no time zone")
+        t = dt.timestamp()
+    else:
+        raise ValueError(f"not a timestamp: {value!r}")
+    if not math.isfinite(t):
+        raise ValueError(f"not a finite timestamp: {value!r}")
+    return t
+
+
+class ContractFeed:
+    """The contract API client for one region."""
+
+    provides_notices = True
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10.0, retries: int = 3,
+                 backoff: float = 0.5, max_backoff: float = 8.0, session=None):
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"contract url {url!r} must start with http:// or https://")
+        self.url = url.rstrip("/")
+        self._token = token
+        self.timeout = float(timeout)
+        self.retries = max(0, int(retries))
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self._session = session
+        self.etag: str | None = None
+        self.card: RateCard | None = None
+        self.rejected = 0  # malformed notices skipped
+
+    @classmethod
+    def from_config(cls, region: RegionConfig) -> "ContractFeed":
+        sec = region.section("contract") or {}
+        where = f"regions.{region.name}.contract"
+        if not sec.get("url"):
+            raise ConfigError(f"{where}.url is required (the contract API's base URL)")
+        token = sec.get("token")
+        if sec.get("token_file"):
+            if token:
+                raise ConfigError(f"{where}: set token or token_file, not both")
+            path = Path(sec["token_file"]).expanduser()
+            try:
+                token = path.read_text(encoding="utf-8").strip()
+            except OSError as e:
+                raise ConfigError(f"{where}.token_file {path}: cannot read it ({e.strerror})") from None
+            if not token:
+                raise ConfigError(f"{where}.token_file {path} is empty")
+        timeout = sec.get("timeout_seconds", 10.0)
+        if not timeout > 0:
+            raise ConfigError(f"{where}.timeout_seconds must be > 0")
+        retries = sec.get("retries", 3)
+        if not 0 <= retries <= 10:
+            raise ConfigError(f"{where}.retries must be between 0 and 10")
+        return cls(sec["url"], token=token or None, timeout=timeout, retries=retries)
+
+    def __repr__(self) -> str:  # never shows the token
+        return f"<ContractFeed {self.url}>"
+
+    # --- ContractPort ------------------------------------------------------------------
+
+    def rate_card(self) -> RateCard:
+        headers = {"If-None-Match": self.etag} if self.etag and self.card is not None else {}
+        resp = self._request("GET", "/v1/rate-card", headers=headers, ok=(200, 304))
+        if resp.status_code == 304:
+            return self._copy(self.card)
+        body = self._json(resp)
+        card = self._parse_card(body)
+        self.card, self.etag = card, resp.headers.get("ETag")
+        return self._copy(card)
+
+    def notices(self) -> list[Notice]:
+        body = self._json(self._request("GET", "/v1/notices/active"))
+        items = body.get("notices") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise UnavailableError(f"contract feed {self.url}: malformed active notices (no 'notices' list)")
+        return self._notices(items)
+
+    # --- NoticeStream --------------------------------------------------------------------
+
+    def poll(self, cursor: str | None, wait: float = 0.0) -> tuple[list[Notice], str]:
+        params: dict = {}
+        if cursor:
+            params["after"] = cursor
+        if wait > 0:
+            params["wait"] = f"{min(float(wait), 60.0):g}"
+        body = self._json(self._request("GET", "/v1/notices", params=params, timeout=self.timeout + max(0.0, wait)))
+        if not isinstance(body, dict) or not isinstance(body.get("notices"), list) \
+                or not isinstance(body.get("next_cursor"), str):
+            raise UnavailableError(f"contract feed {self.url}: malformed notice page")
+        if body.get("reset"):
+            log.warning("contract feed %s did not recognise cursor %s: reading its log from the start", self.url,
+                        cursor)
+        return self._notices(body["notices"]), body["next_cursor"]
+
+    def reclaim(self, instance_ids: list[str], notice_seconds: int, advisory_lead_seconds: int = 0,
+                drill_id: str | None = None) -> dict:
+        payload: dict = {"instance_ids": list(instance_ids), "notice_seconds": int(notice_seconds),
+                         "advisory_lead_seconds": int(advisory_lead_seconds)}
+        if drill_id:
+            payload["drill_id"] = drill_id
+        # One key for every retry of this call: the provider returns the reclaim it made first.
+        headers = {"Idempotency-Key": str(uuid.uuid4())}
+        return self._json(self._request("POST", "/v1/reclaims", json=payload, headers=headers, ok=(201, 202)))
+
+    def get_reclaim(self, reclaim_id: str) -> dict:
+        from urllib.parse import quote
+
+        return self._json(self._request("GET", f"/v1/reclaims/{quote(reclaim_id, safe='')}"))
+
+    def status(self) -> dict:
+        return self._json(self._request("GET", "/v1/status"))
+
+    # --- parsing ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _copy(card: RateCard) -> RateCard:
+        return RateCard(card.version, card.currency, dict(card.prices), card.valid_from, card.valid_until)
+
+    def _parse_card(self, body: object) -> RateCard:
+        try:
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+            version, currency = body["version"], body["currency"]
+            if not isinstance(version, str) or not version or not isinstance(currency, str):
+                raise ValueError("version and currency must be strings")
+            prices = {}
+            for p in body["pools"]:
+                price = p["price"]
+                if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) \
+                        or price < 0:
+                    raise ValueError(f"pool {p.get('pool')!r}: price must be a number >= 0, got {price!r}")
+                if not isinstance(p["pool"], str) or p["pool"] in prices:
+                    raise ValueError(f"pool {p['pool']!r} is missing or repeated")
+                prices[p["pool"]] = float(price)
+            valid_from, valid_until = parse_ts(body["valid_from"]), parse_ts(body["valid_until"])
+            if valid_from is None or valid_until is None or valid_until <= valid_from:
+                raise ValueError("valid_until must follow valid_from")
+        except (KeyError, TypeError, ValueError) as e:
+            raise UnavailableError(f"contract feed {self.url}: malformed rate card ({e})") from None
+        return RateCard(version=version, currency=currency, prices=prices, valid_from=valid_from,
+                        valid_until=valid_until)
+
+    def _notices(self, items: list) -> list[Notice]:
+        out: list[Notice] = []
+        seen: set[str] = set()
+        for item in items:
+            try:
+                n = self._notice(item)
+            except (KeyError, TypeError, ValueError) as e:
+                self.rejected += 1
+                log.warning("contract feed %s: ignoring a malformed notice (%s): %.200r", self.url, e, item)
+                continue
+            if n.id in seen:
+                self.rejected += 1
+                log.warning("contract feed %s: ignoring duplicate notice %s", self.url, n.id)
+                continue
+            seen.add(n.id)
+            out.append(n)
+        return out
+
+    @staticmethod
+    def _notice(d: dict) -> Notice:
+        nid, iid, kind = d["id"], d["instance_id"], d["kind"]
+        if not isinstance(nid, str) or not nid or not isinstance(iid, str) or not iid:
+            raise ValueError("id and instance_id must be non-empty strings")
+        if kind not in _KINDS:
+            raise ValueError(f"unknown kind {kind!r}")
+        issued = parse_ts(d["issued_at"])
+        if issued is None:
+            raise ValueError("issued_at is required")
+        deadline = parse_ts(d.get("deadline"))
+        if kind == "hard" and deadline is None:
+            raise ValueError("a hard notice needs a deadline")
+        pool = d.get("pool")
+        reason = d.get("reason") or ""
+        if pool is not None and not isinstance(pool, str) or not isinstance(reason, str):
+            raise ValueError("pool and reason must be strings")
+        return Notice(id=nid, instance_id=iid, kind=_KINDS[kind], issued_at=issued, deadline=deadline,
+                      reason=reason, pool=pool, delivered_at=parse_ts(d.get("delivered_at")))
+
+    def _json(self, resp) -> dict:
+        try:
+            return resp.json()
+        except ValueError:
+            raise UnavailableError(f"contract feed {self.url}: {resp.request.method} {resp.url} answered "
+                                   f"HTTP {resp.status_code} with a body that is not JSON") from None
+
+    # --- transport ----------------------------------------------------------------------------
+
+    def _sess(self):
+        if self._session is None:
+            import requests
+
+            s = requests.Session()
+            s.headers["Accept"] = "application/json"
+            s.headers["User-Agent"] = "spotctl-contract-feed"
+            if self._token:
+                s.headers["Authorization"] = f"Bearer {self._token}"
+            self._session = s
+        return self._session
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def _request(self, method: str, path: str, *, params=None, json=None, headers=None, timeout=None,
+                 ok=(200,)):
+        import requests
+
+        url = self.url + path
+        what = f"contract feed {method} {path}"
+        attempt = 0
+        while True:
+            delay = min(self.max_backoff, self.backoff * (2 ** attempt))
+            try:
+                resp = self._sess().request(method, url, params=params, json=json, headers=headers,
+                                            timeout=timeout or self.timeout, allow_redirects=False)
+            except requests.Timeout:
+                err: Exception = TemporaryError(f"{what}: no answer from {self.url} within "
+                                                f"{timeout or self.timeout:g} s")
+            except requests.ConnectionError as e:
+                if _refused(e):
+                    raise UnavailableError(f"{what}: connection to {self.url} refused",
+                                           hint="is the contract API up? (`spotctl sim serve` for the simulator)"
+                                           ) from None
+                err = TemporaryError(f"{what}: connection to {self.url} failed ({type(e).__name__})")
+            except requests.RequestException as e:
+                raise UnavailableError(f"{what}: {type(e).__name__}: {e}") from None
+            else:
+                if resp.status_code in ok:
+                    return resp
+                err = self._translate(resp, what)
+                if isinstance(err, TemporaryError):
+                    delay = max(delay, _retry_after(resp, self.max_backoff))
+            if not isinstance(err, TemporaryError) or attempt >= self.retries:
+                raise err
+            attempt += 1
+            log.info("%s (retry %d of %d in %.1f s)", err, attempt, self.retries, delay)
+            time.sleep(delay)
+
+    def _translate(self, resp, what: str) -> Exception:
+        code = resp.status_code
+        message = ""
+        try:
+            body = resp.json()
+            message = str(body["error"]["message"])[:300]
+        except (ValueError, KeyError, TypeError):
+            message = (resp.text or "")[:200].strip()
+        detail = f"{what}: HTTP {code}" + (f": {message}" if message else "")
+        if code in (401, 403):
+            return AuthError(detail, hint="check the region's [contract] token or token_file")
+        if code == 404:
+            return NotFoundError(detail)
+        if code in (409, 429) or code >= 500:
+            return TemporaryError(detail)
+        if code in (400, 422):
+            return RefusedError(detail)
+        return UnavailableError(detail)
+
+
+def _refused(e: Exception) -> bool:
+    seen = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ConnectionRefusedError) or "Connection refused" in str(cur) \
+                or "Errno 111" in str(cur):
+            return True
+        nxt = cur.__cause__ or cur.__context__
+        if nxt is None and cur.args and isinstance(cur.args[0], BaseException):
+            nxt = cur.args[0]
+        cur = nxt
+    return False
+
+
+def _retry_after(resp, cap: float) -> float:
+    value = resp.headers.get("Retry-After")
+    try:
+        return min(cap, max(0.0, float(value))) if value else 0.0
+    except ValueError:
+        return 0.0

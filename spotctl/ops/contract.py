@@ -1,0 +1,158 @@
+"""Provider-contract conformance: the five terms, per pool, with evidence.
+
+1. notice      — a hard notice >= 120 s before deletion, delivered to the node in <= 1 s
+2. advisory    — an early warning when reclaim risk rises (hard notices are preceded by one)
+3. rate_card   — a price per pool, refreshed every 5 minutes
+4. reservations — reservation and forward-capacity data (Blazar) can be read
+5. reclaim_api — the provider's reclaim API answers (drills depend on it)
+
+Each term is ``met``, ``degraded`` (present but late or out of bounds) or
+``missing``. A pool with any term not met runs under the no-notice policy;
+every flip is recorded (audit record + lifecycle event) by the pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from spotctl.core.errors import SpotctlError
+from spotctl.state.store import iso
+
+from .observe import Snapshot
+from .runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+TERMS = ("notice", "advisory", "rate_card", "reservations", "reclaim_api")
+WINDOW_SECONDS = 24 * 3600
+MIN_LEAD_SECONDS = 120.0
+MAX_DELIVERY_SECONDS = 1.0
+RATE_CARD_MAX_AGE = 300 + 60  # refreshed every 5 minutes, with a minute of slack
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return round(v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))], 3)
+
+
+def evaluate(rt: Runtime, snap: Snapshot) -> dict:
+    """Each term per pool, with evidence, from this pass's observation and the notices on record."""
+    now = snap.now
+    provides_notices = getattr(rt.contract, "provides_notices", True) and "notices" not in snap.degraded
+    seen = {n["id"]: n for n in rt.store.notices_since(now - WINDOW_SECONDS)}
+    for nt in snap.notices:  # this pass's notices count even before they are recorded
+        seen.setdefault(nt.id, {"id": nt.id, "instance_id": nt.instance_id, "kind": str(nt.kind),
+                                "issued_at": nt.issued_at, "deadline": nt.deadline, "delivered_at": nt.delivered_at,
+                                "pool": nt.pool, "reason": nt.reason})
+    seen = list(seen.values())
+    reclaim = _reclaim_api(rt)
+    rc = snap.rate_card
+    pools: dict[str, dict] = {}
+    for name in rt.region.pools:
+        mine = [n for n in seen if n.get("pool") == name]
+        hard = [n for n in mine if n["kind"] == "hard"]
+        leads = [n["deadline"] - n["issued_at"] for n in hard if n["deadline"] is not None]
+        lat = [n["delivered_at"] - n["issued_at"] for n in hard if n.get("delivered_at") is not None]
+        terms: dict[str, dict] = {}
+        if not provides_notices:
+            why = snap.degraded.get("notices") or "no contract feed with notices is configured"
+            terms["notice"] = {"state": "missing", "evidence": {"error": why}}
+            terms["advisory"] = {"state": "missing", "evidence": {"error": why}}
+        else:
+            ev = {"hard_notices": len(hard), "lead_min_s": round(min(leads), 3) if leads else None,
+                  "lead_p50_s": _pct(leads, 0.5), "delivery_p50_s": _pct(lat, 0.5), "delivery_p95_s": _pct(lat, 0.95),
+                  "delivery_unknown": len(hard) - len(lat), "window_s": WINDOW_SECONDS}
+            bad = (leads and min(leads) < MIN_LEAD_SECONDS) or (lat and _pct(lat, 0.95) > MAX_DELIVERY_SECONDS)
+            terms["notice"] = {"state": "degraded" if bad else "met", "evidence": ev}
+            warned = {n["instance_id"] for n in mine if n["kind"] in ("advisory", "calendar")}
+            unwarned = [n for n in hard if n["instance_id"] not in warned and "drill" not in (n["reason"] or "")]
+            adv = {"advisories": sum(1 for n in mine if n["kind"] != "hard"), "hard_without_advisory": len(unwarned)}
+            terms["advisory"] = {"state": "degraded" if hard and len(unwarned) * 2 > len(hard) else "met",
+                                 "evidence": adv}
+        if rc is None or name not in rc.prices or rc.version == "static":
+            if rc is None:
+                why = snap.degraded.get("rate_card", "no rate card")
+            elif rc.version == "static":
+                why = "no rate-card feed is configured (list prices from the config)"
+            else:
+                why = f"the rate card has no price for {name}"
+            terms["rate_card"] = {"state": "missing", "evidence": {"error": why}}
+        else:
+            age = now - rc.valid_from
+            stale = age > RATE_CARD_MAX_AGE or now > rc.valid_until
+            terms["rate_card"] = {"state": "degraded" if stale else "met",
+                                  "evidence": {"version": rc.version, "age_s": round(age, 1), "price": rc.prices[name],
+                                               "valid_until": rc.valid_until}}
+        if "cloud" in snap.degraded:
+            terms["reservations"] = {"state": "missing", "evidence": {"error": snap.degraded["cloud"]}}
+        else:
+            terms["reservations"] = {"state": "met", "evidence": {
+                "reservations_in_horizon": sum(1 for r in snap.reservations if r.pool == name), "read_at": now}}
+        terms["reclaim_api"] = reclaim
+        state = "met" if all(t["state"] == "met" for t in terms.values()) else "degraded"
+        pools[name] = {"state": state, "failing": [k for k in TERMS if terms[k]["state"] != "met"], "terms": terms}
+    return {"region": rt.region.name, "now": now, "pools": pools,
+            "met": all(p["state"] == "met" for p in pools.values())}
+
+
+def _reclaim_api(rt: Runtime) -> dict:
+    if not callable(getattr(rt.contract, "reclaim", None)):
+        return {"state": "missing", "evidence": {"error": "the contract feed offers no reclaim API"}}
+    status = getattr(rt.contract, "status", None)
+    if callable(status):
+        try:
+            status()
+        except SpotctlError as e:
+            return {"state": "missing", "evidence": {"error": e.message}}
+    return {"state": "met", "evidence": {"reachable": True}}
+
+
+def degraded_pools(report: dict) -> frozenset[str]:
+    return frozenset(name for name, p in report["pools"].items() if p["state"] != "met")
+
+
+def record_changes(rt: Runtime, report: dict) -> list[dict]:
+    """Persist each pool's contract state; a flip writes an audit record and a lifecycle event."""
+    changes = []
+    now = report["now"]
+    with rt.store.tx():
+        for name, p in sorted(report["pools"].items()):
+            key = f"contract:{name}"
+            value = p["state"] if p["state"] == "met" else "degraded:" + ",".join(p["failing"])
+            before = rt.store.get_value(key)
+            if before == value:
+                continue
+            rt.store.set_value(key, value, now)
+            if before is None and p["state"] == "met":
+                continue  # first sight of a healthy pool: nothing to announce
+            kind = "restored" if p["state"] == "met" else "degraded"
+            evidence = {t: p["terms"][t] for t in p["failing"]} if p["failing"] else {}
+            rt.store.audit(actor=rt.actor, action=f"contract.{kind}", target=name, result=value,
+                           inputs={"previous": before, "failing": p["failing"], "evidence": evidence,
+                                   "policy": "no-notice" if kind == "degraded" else "normal"}, at=now)
+            rt.store.outbox("event", name, {
+                "specversion": "1.0", "id": str(uuid.uuid4()), "source": f"spotctl/{rt.region.name}",
+                "type": f"io.spotctl.contract.{kind}", "subject": name, "time": iso(now),
+                "datacontenttype": "application/json",
+                "data": {"pool": name, "state": value, "previous": before, "failing": p["failing"]},
+            }, now)
+            log.warning("pool %s: provider contract %s (%s)", name, kind, ", ".join(p["failing"]) or "all terms met")
+            changes.append({"pool": name, "from": before, "to": value})
+    return changes
+
+
+def check(rt: Runtime, pool: str | None = None) -> dict:
+    """``spotctl contract check``: observe now and evaluate every term (records nothing)."""
+    from .observe import observe
+
+    if pool is not None:
+        rt.region.pool(pool)  # NotFoundError for an unknown pool
+    report = evaluate(rt, observe(rt))
+    if pool is not None:
+        report["pools"] = {pool: report["pools"][pool]}
+        report["met"] = report["pools"][pool]["state"] == "met"
+    report["recorded"] = {name: rt.store.get_value(f"contract:{name}") for name in report["pools"]}
+    return report

@@ -1,0 +1,136 @@
+"""The outbox relay: lifecycle events to Kafka, audit records to the audit log service.
+
+The outbox rows are written in the same SQLite transaction as the state change
+they describe (``spotctl.state.store``). This step delivers them:
+
+- **in order**: rows of a kind go out in outbox-id order, batch after batch; a
+  batch is only started once the previous one was acknowledged, so each key's
+  rows (a node's events, the audit chain) keep their order at the destination;
+- **at least once, deduplicated downstream**: a row is marked delivered only
+  after the destination acknowledged it (Kafka: ``acks=all`` and, where the
+  broker supports them, a committed transaction; audit service: a per-record
+  ``created``/``duplicate`` result). A crash between the acknowledgement and the
+  mark re-sends the row on the next pass: the audit service drops it by its
+  idempotency key (the record id); Kafka consumers drop it by the CloudEvents
+  ``id`` (see ``spotctl.adapters.kafka``; with ``isolation_level=read_committed``
+  they also never see a batch whose transaction a crash left open);
+- **bounded**: an unavailable destination costs a pass at most its
+  ``max_wait_seconds``; its rows stay queued, the next pass tries again.
+
+A region without ``[regions.R.kafka]`` / ``[regions.R.audit]`` keeps its rows
+queued: nothing is lost, and the pass is not degraded for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from spotctl.core.errors import SpotctlError
+from spotctl.state.store import Store
+
+log = logging.getLogger(__name__)
+
+# outbox kind -> the region config table (and outlet name) that delivers it
+DESTINATIONS: dict[str, str] = {"event": "kafka", "audit": "audit"}
+DEFAULT_BATCH = 500
+
+
+@runtime_checkable
+class Outlet(Protocol):
+    """A destination for outbox rows (``spotctl.adapters.kafka``, ``spotctl.adapters.audit_http``)."""
+
+    def deliver(self, rows: list[tuple[str, str]]) -> int:
+        """Send ``(key, payload JSON)`` rows in order; return how many leading rows were acknowledged.
+
+        Raise a :class:`SpotctlError` (``UnavailableError``/``TemporaryError``/``AuthError``) when
+        none was, after waiting at most the outlet's own bound. When it returns fewer than all,
+        ``last_error`` (if the outlet has it) says why the next row was refused.
+        """
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class DestinationReport:
+    destination: str
+    configured: bool
+    delivered: int = 0
+    pending: int = 0
+    oldest_pending_age_s: float | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"destination": self.destination, "configured": self.configured, "delivered": self.delivered,
+                "pending": self.pending, "oldest_pending_age_s": self.oldest_pending_age_s, "error": self.error,
+                "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class RelayReport:
+    kinds: dict[str, DestinationReport] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Configured destinations that could not take everything: destination -> why."""
+        return {r.destination: r.error for r in self.kinds.values() if r.configured and r.error}
+
+    def to_dict(self) -> dict:
+        return {kind: r.to_dict() for kind, r in self.kinds.items()}
+
+
+def relay(store: Store, outlets: Mapping[str, Outlet], *, now: Callable[[], float], configured: set[str] | None = None,
+          batch_size: int = DEFAULT_BATCH, max_rows: int | None = None) -> RelayReport:
+    """Deliver every pending outbox row whose destination has an outlet; stop a kind at its first failure.
+
+    ``configured`` names the destinations the region configures (default: those with an outlet); a
+    configured destination without an outlet is reported as an error rather than silently skipped.
+    """
+    configured = set(outlets) if configured is None else configured
+    report = RelayReport()
+    for kind, dest in DESTINATIONS.items():
+        r = report.kinds[kind] = DestinationReport(dest, configured=dest in configured)
+        outlet = outlets.get(dest)
+        if outlet is None:
+            if r.configured:
+                r.error = f"[{dest}] is configured but this entry point built no relay for it"
+        else:
+            t0 = time.perf_counter()
+            try:
+                size = int(getattr(outlet, "batch_size", None) or batch_size)
+                r.delivered, r.error = _drain(store, kind, outlet, now, max(1, size), max_rows)
+            finally:
+                r.seconds = time.perf_counter() - t0
+        r.pending, oldest = store.outbox_pending(kind)
+        r.oldest_pending_age_s = None if oldest is None else round(max(0.0, now() - oldest), 3)
+        if r.error:
+            log.warning("relay to %s: %s (%d rows stay queued)", dest, r.error, r.pending)
+    return report
+
+
+def _drain(store: Store, kind: str, outlet: Outlet, now: Callable[[], float], batch_size: int,
+           max_rows: int | None) -> tuple[int, str | None]:
+    delivered = 0
+    after = 0
+    while max_rows is None or delivered < max_rows:
+        limit = batch_size if max_rows is None else min(batch_size, max_rows - delivered)
+        batch = store.pending_batch(kind, limit, after)
+        if not batch:
+            return delivered, None
+        try:
+            n = outlet.deliver([(key, payload) for _, key, payload in batch])
+        except SpotctlError as e:
+            return delivered, e.message
+        n = max(0, min(n, len(batch)))
+        if n:
+            store.mark_delivered([row[0] for row in batch[:n]], now())
+            delivered += n
+            after = batch[n - 1][0]
+        if n < len(batch):
+            why = getattr(outlet, "last_error", None) or "the destination did not acknowledge it"
+            return delivered, f"row {batch[n][0]} (key {batch[n][1]}) refused: {why}"
+    return delivered, None

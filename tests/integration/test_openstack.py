@@ -1,0 +1,494 @@
+"""The OpenStack adapter against a real cloud (scripts/testenv/openstack: Debian Zed, fake drivers).
+
+Every test talks to the real Keystone/Placement/Nova/Ironic/Blazar started by the testenv
+script; the test side uses openstacksdk as an admin to set the scene (another tenant's
+server, a Blazar lease, a compute service forced down, a quota) and to check the result
+independently of the adapter.
+
+What a fake driver cannot show: real boot times (fake ACTIVE in < 1 s), hardware
+cleaning (fake Ironic cleaning is instant), and Nova-managed bare metal (no
+nova-compute with the ironic driver runs here; the Ironic-direct path is tested).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spotctl.core.capacity import headroom
+from spotctl.core.config import load_config
+from spotctl.core.errors import AuthError, CapacityError, ConfigError
+from spotctl.core.models import Scheduler, Shape, WorkUnit
+from spotctl.core.planner import plan as make_plan
+
+from .conftest import testenv as start_env
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+REGION_TAG = "spotctl:region=lab"
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def osenv() -> dict[str, str]:
+    return start_env("openstack")
+
+
+@pytest.fixture(scope="module")
+def admin(osenv):
+    import openstack
+
+    os.environ["OS_CLIENT_CONFIG_FILE"] = osenv["OS_CLIENT_CONFIG_FILE"]
+    return openstack.connect(cloud=osenv["SPOTCTL_TESTENV_OS_ADMIN_CLOUD"])
+
+
+@pytest.fixture
+def env(osenv, tmp_path) -> dict[str, str]:
+    """Environment for spotctl subprocesses: the lab config, its clouds.yaml, a fresh state dir."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("SPOTCTL_", "OS_"))}
+    e.update(osenv)
+    e["SPOTCTL_STATE_DIR"] = str(tmp_path / "state")
+    e["NO_COLOR"] = "1"
+    return e
+
+
+@pytest.fixture
+def region(env):
+    return load_config(env=env).region("lab")
+
+
+@pytest.fixture
+def cloud(region, env, monkeypatch):
+    from spotctl.adapters.openstack import OpenStackCloud
+
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", env["OS_CLIENT_CONFIG_FILE"])
+    return OpenStackCloud.from_config(region)
+
+
+@pytest.fixture
+def runtime(env, monkeypatch):
+    """A real runtime for region lab (wiring → OpenStackCloud, static contract, SQLite state)."""
+    from spotctl.wiring import build_runtime
+
+    for k, v in env.items():
+        if k.startswith(("SPOTCTL_", "OS_")):
+            monkeypatch.setenv(k, v)
+    rt = build_runtime(load_config(env=env), "lab")
+    yield rt
+    rt.store.close()
+
+
+@pytest.fixture(autouse=True)
+def clean_cloud(admin):
+    """Start and end every test with no spot servers, tenant servers, leases, Ironic claims or forced-down hosts."""
+    _cleanup(admin)
+    yield
+    _cleanup(admin)
+
+
+def _cleanup(admin) -> None:
+    servers = [s for s in admin.compute.servers(all_projects=True)
+               if REGION_TAG in (s.tags or []) or s.name.startswith("tenant-")]
+    for s in servers:
+        admin.compute.delete_server(s, ignore_missing=True)
+    for s in servers:
+        admin.compute.wait_for_delete(s, wait=60, interval=0.25)
+    for a in admin.baremetal.allocations():
+        if (a.extra or {}).get("spotctl:region") == "lab":
+            node = admin.baremetal.get_node(a.node_id) if a.node_id else None
+            if node is not None and node.provision_state == "active":
+                admin.baremetal.set_node_provision_state(node, "deleted", wait=True, timeout=60)
+            admin.baremetal.delete_allocation(a, ignore_missing=True)
+    for lease in _blazar(admin, "GET", "/leases").json()["leases"]:
+        _blazar(admin, "DELETE", f"/leases/{lease['id']}")
+    for svc in admin.compute.services(binary="nova-compute"):
+        if svc.is_forced_down:
+            admin.compute.update_service_forced_down(svc, svc.host, "nova-compute", False)
+    spot = admin.identity.find_project("spot", ignore_missing=False)
+    admin.compute.update_quota_set(spot, instances=20, cores=64, ram=65536)
+
+
+def _blazar(admin, method: str, path: str, **kw):
+    r = admin.session.request("http://127.0.0.1:1234/v1" + path, method, raise_exc=False, **kw)
+    assert r.status_code < 400, f"blazar {method} {path}: {r.status_code} {r.text[:300]}"
+    return r
+
+
+def _spotctl(env, *args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "spotctl"), "-o", "json", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _placement_fit(admin, aggregate: str, shape: Shape) -> dict[str, int]:
+    """Nodes of ``shape`` that fit on each host of a Nova aggregate, computed straight from Placement."""
+    agg = next(a for a in admin.compute.aggregates() if a.name == aggregate)
+    rps = admin.placement.get(f"/resource_providers?member_of={agg.uuid}", microversion="1.3").json()
+    out = {}
+    for rp in rps["resource_providers"]:
+        inv = admin.placement.get(f"/resource_providers/{rp['uuid']}/inventories").json()["inventories"]
+        if not inv:
+            continue
+        use = admin.placement.get(f"/resource_providers/{rp['uuid']}/usages").json()["usages"]
+        free = {rc: int((i["total"] - i["reserved"]) * i["allocation_ratio"]) - use.get(rc, 0) for rc, i in inv.items()}
+        out[rp["name"]] = min(free["VCPU"] // shape.vcpu, free["MEMORY_MB"] // shape.ram_mb)
+    return out
+
+
+def _tenant_server(admin, host: str, flavor: str = "tenant.odd", az: str = "az-general"):
+    """An on-demand server of another project, pinned to a host (admin's az:host syntax)."""
+    fl = admin.compute.find_flavor(flavor, ignore_missing=False)
+    img = admin.image.find_image("spot-image", ignore_missing=False)
+    s = admin.compute.create_server(name=f"tenant-{host}", flavor_id=fl.id, image_id=img.id, networks="none",
+                                    availability_zone=f"{az}:{host}")
+    return admin.compute.wait_for_server(s, wait=60, interval=0.25)
+
+
+def _units(n: int, seconds: int, features: tuple[str, ...] = (), vcpu: int = 1, ram_mb: int = 1024) -> list[WorkUnit]:
+    return [WorkUnit(id=f"job-{seconds}-{i}", scheduler=Scheduler.SLURM, shape=Shape(vcpu, ram_mb),
+                     expected_seconds=seconds, partition="spot", features=features) for i in range(n)]
+
+
+class PendingQueue:
+    """A batch scheduler's queue reduced to its pending jobs (the Slurm/Kubernetes adapters are
+    other issues): it gives the pass demand, so that the pass launches on the real cloud."""
+
+    name = "slurm"
+
+    def __init__(self, units: list[WorkUnit]):
+        self.units = units
+
+    def pending(self, pools):
+        return list(self.units), []
+
+    def usage(self):
+        return []
+
+    def cordon(self, node, reason):
+        return None
+
+    def drain(self, node, reason, deadline):
+        return None
+
+    def resume(self, node):
+        return None
+
+    def forget(self, node, reason):
+        return None
+
+
+# -- headroom, quota -------------------------------------------------------------------------------
+
+
+def test_headroom_matches_placement_host_by_host(cloud, region, admin):
+    pool = region.pools["general"]
+    # a fragmented host: another tenant's 3 vCPU / 3 GiB server leaves RAM for one 2 GiB node less
+    _tenant_server(admin, "fake-compute-2")
+    want = _placement_fit(admin, "agg-general", pool.shape)
+    hosts = [h for h in cloud.hosts(region.pools) if h.pool == "general"]
+    assert {h.name: h.capacity.vcpu and (h.capacity - h.used_other) for h in hosts}  # sanity: both hosts seen
+    got = {h.name: pool.shape.count_in(h.capacity - h.used_other) - h.spot_nodes for h in hosts}
+    assert got == want
+    assert {h.name for h in hosts} == {"fake-compute-1", "fake-compute-2"}
+    frag = next(h for h in hosts if h.name == "fake-compute-2")
+    assert frag.used_other == Shape(3, 3072)  # the tenant's server is foreign usage, not ours
+    before = headroom(pool, hosts, time.time()).free
+    assert before == sum(want.values())
+
+    # launch N of ours: headroom drops by N, Placement agrees host by host, our usage is not "other"
+    n = 3
+    made = [cloud.create_instance(pool, f"spot-hr-{i}", f"hr-{i}") for i in range(n)]
+    for inst in made:
+        cloud.wait_active(inst.id, 60)
+    hosts = [h for h in cloud.hosts(region.pools) if h.pool == "general"]
+    assert sum(h.spot_nodes for h in hosts) == n
+    assert next(h for h in hosts if h.name == "fake-compute-2").used_other == Shape(3, 3072)
+    assert headroom(pool, hosts, time.time()).free == before - n
+    assert {h.name: pool.shape.count_in(h.capacity - h.used_other) - h.spot_nodes for h in hosts} == \
+        _placement_fit(admin, "agg-general", pool.shape)
+    # a pool sharing the hosts (general-large) sees our general nodes as foreign usage
+    large = [h for h in cloud.hosts(region.pools) if h.pool == "general-large"]
+    assert sum(h.spot_nodes for h in large) == 0
+    assert {h.name: h.used_other.vcpu for h in large} == {
+        h.name: h.used_other.vcpu + 2 * h.spot_nodes for h in hosts}
+    # Blazar's blazar_<host> providers (no inventory) are not hosts
+    assert not any(h.name.startswith("blazar_") for h in cloud.hosts(region.pools))
+
+
+def test_quota_caps_headroom(cloud, runtime, admin):
+    from spotctl.ops.observe import observe, plan_input
+
+    spot = admin.identity.find_project("spot", ignore_missing=False)
+    inst = cloud.create_instance(runtime.region.pools["small"], "spot-q-0", "q-0")
+    admin.compute.update_quota_set(spot, instances=2, cores=64, ram=65536)
+    q = cloud.quota()
+    assert q.instances == 1 and q.vcpu == 64 - 1 and q.ram_mb == 65536 - 1024
+    snap = observe(runtime)
+    snap.units.extend(_units(5, 600, features=("small",)))
+    p = make_plan(plan_input(runtime, snap))
+    launches = [a for a in p.actions if a.kind == "launch"]
+    assert sum(a.count for a in launches) == 1, p.explain
+    assert any("quota (instances)" in r for r in p.unplaced), p.unplaced
+    # and Nova itself refuses past the quota: a CapacityError, not a crash
+    cloud.create_instance(runtime.region.pools["small"], "spot-q-1", "q-1")
+    with pytest.raises(CapacityError, match="(?i)quota"):
+        cloud.create_instance(runtime.region.pools["small"], "spot-q-2", "q-2")
+    assert inst.id
+
+
+# -- Blazar: forward calendar ----------------------------------------------------------------------
+
+
+def test_blazar_lease_drops_calendar_and_planner_keeps_long_work_out(env, runtime, admin, cloud):
+    from spotctl.ops.observe import observe, plan_input
+
+    start = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0) + dt.timedelta(hours=2)
+    end = start + dt.timedelta(hours=3)
+    lease = _blazar(admin, "POST", "/leases", json={
+        "name": "itest-lease", "start_date": start.strftime("%Y-%m-%d %H:%M"), "end_date": end.strftime("%Y-%m-%d %H:%M"),
+        "events": [], "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                                        "hypervisor_properties": "", "resource_properties": ""}]}).json()["lease"]
+    res = cloud.reservations(runtime.region.pools, time.time(), time.time() + 86400)
+    assert {(r.pool, r.hosts) for r in res} == {("reserved", ("fake-compute-4",)), ("reserved-large", ("fake-compute-4",))}
+    assert all(r.id == lease["id"] and r.start == start.timestamp() and r.end == end.timestamp() for r in res)
+
+    proc = _spotctl(env, "plan")
+    assert proc.returncode == 0, proc.stderr
+    pools = {p["name"]: p for p in json.loads(proc.stdout)["data"]["pools"]}
+    drop = pools["reserved"]["calendar_next_drop"]
+    assert drop is not None and drop["capacity"] == 0
+    assert drop["at"] == pytest.approx(start.timestamp() - runtime.region.pools["reserved"].cleaning_seconds)
+    assert pools["general"]["calendar_next_drop"] is None and pools["small"]["calendar_next_drop"] is None
+
+    # 6800 s of work fits the no-notice limit (7200 s) but not the window before the lease takes the host
+    snap = observe(runtime)
+    snap.units.extend(_units(2, 6800, features=("reserved",)) + _units(2, 1800, features=("reserved",)))
+    p = make_plan(plan_input(runtime, snap))
+    launched = sum(a.units for a in p.actions if a.kind == "launch" and a.pool.startswith("reserved"))
+    assert launched == 2, p.explain
+    assert [r for r in p.unplaced if r.startswith("calendar: reserved")], p.unplaced
+    assert sum(p.unplaced.values()) == 2
+
+
+# -- launch, adopt after a kill, lost, delete --------------------------------------------------------
+
+
+def test_launch_roundtrip_tags_and_verified_release(cloud, region, admin):
+    pool = region.pools["small"]
+    t0 = time.monotonic()
+    inst = cloud.create_instance(pool, "spot-rt-0", "rt-0")
+    assert inst.status in ("BUILD", "ACTIVE") and time.monotonic() - t0 < 10  # does not block on ACTIVE
+    inst = cloud.wait_active(inst.id, 60)
+    s = admin.compute.get_server(inst.id)
+    assert set(s.tags) == {"spotctl:region=lab", "spotctl:pool=small", "spotctl:action=rt-0"}
+    assert s.metadata == {"spotctl:region": "lab", "spotctl:pool": "small", "spotctl:action": "rt-0"}
+    assert s.addresses == {}  # networks="none"
+    assert s.availability_zone == "az-small" and s.compute_host == "fake-compute-3"
+    assert cloud.find_instance("rt-0").id == inst.id and cloud.find_instance("rt-x") is None
+    allocs = admin.placement.get(f"/allocations/{inst.id}").json()["allocations"]
+    assert allocs and not cloud.released(inst.id)
+    took = cloud.delete_and_verify(inst.id, 60)
+    assert took < 60
+    assert admin.placement.get(f"/allocations/{inst.id}").json()["allocations"] == {}
+    assert cloud.released(inst.id)
+    cloud.delete_instance(inst.id)  # idempotent
+
+
+def test_kill_between_intent_and_effect_next_pass_adopts_without_duplicate(env, admin):
+    """SIGKILL `spotctl launch` as soon as its first server exists; the next pass finishes the job."""
+    from spotctl.state.store import Store
+
+    proc = subprocess.Popen([str(BIN / "spotctl"), "-o", "json", "launch", "--pool", "general", "--count", "3"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if list(admin.compute.servers(all_projects=True, tags=REGION_TAG)):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    db = Path(env["SPOTCTL_STATE_DIR"]) / "lab.db"
+    store = Store.open(db, "lab")
+    try:
+        before = {n.action_id: n for n in store.nodes()}
+    finally:
+        store.close()
+    servers = list(admin.compute.servers(all_projects=True, tags=REGION_TAG))
+    assert servers, "the launch was killed before any server existed"
+    # the kill left at least one node whose server exists but whose record does not know it
+    intended = [n for n in before.values() if str(n.state) == "intended"]
+    tagged = {next(t.split("=", 1)[1] for t in s.tags if t.startswith("spotctl:action=")) for s in servers}
+    adopted_path = [n.action_id for n in intended if n.action_id in tagged]
+    print(f"killed with {len(servers)} servers, {len(intended)} intended nodes, {len(adopted_path)} to adopt")
+
+    r = _spotctl(env, "reconcile")
+    assert r.returncode in (0, 7), r.stderr
+    servers = list(admin.compute.servers(all_projects=True, tags=REGION_TAG))
+    actions = [next(t.split("=", 1)[1] for t in s.tags if t.startswith("spotctl:action=")) for s in servers]
+    assert len(actions) == len(set(actions)), f"duplicate servers for one action: {actions}"
+    store = Store.open(db, "lab")
+    try:
+        nodes = store.nodes()
+    finally:
+        store.close()
+    live = [n for n in nodes if n.live]
+    assert {n.instance_id for n in live} == {s.id for s in servers}
+    assert all(str(n.state) in ("building", "active") for n in live)
+    # a second pass does what one pass does: nothing more
+    r2 = _spotctl(env, "reconcile")
+    assert r2.returncode == 0, r2.stderr
+    assert len(list(admin.compute.servers(all_projects=True, tags=REGION_TAG))) == len(servers)
+
+
+def test_server_deleted_behind_our_back_becomes_lost(env, admin):
+    r = _spotctl(env, "launch", "--pool", "small", "--count", "2")
+    assert r.returncode == 0, r.stderr
+    nodes = json.loads(r.stdout)["data"]["outcome"]["nodes"]
+    assert len(nodes) == 2
+    r = _spotctl(env, "reconcile")
+    assert r.returncode == 0, r.stderr
+    servers = list(admin.compute.servers(all_projects=True, tags=REGION_TAG))
+    victim = servers[0]
+    admin.compute.delete_server(victim)
+    admin.compute.wait_for_delete(victim, wait=60, interval=0.25)
+    r = _spotctl(env, "reconcile")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["data"]["synced"]["lost"] == 1
+    st = json.loads(_spotctl(env, "status", "--all").stdout)["data"]
+    states = {n["instance_id"]: n["state"] for n in st["nodes"]}
+    assert states[victim.id] == "lost"
+    assert sorted(states.values()) == ["active", "lost"]
+    assert st["pools"][[p["name"] for p in st["pools"]].index("small")]["nodes"] == 1
+
+
+def test_no_valid_host_falls_back_to_next_pool_in_the_same_pass(runtime, admin):
+    from spotctl.ops.reconcile import run_pass
+
+    # the reserved pools (cheapest per vCPU) keep headroom in Placement, but their only host is down for Nova
+    svc = next(s for s in admin.compute.services(binary="nova-compute") if s.host == "fake-compute-4")
+    admin.compute.update_service_forced_down(svc, svc.host, "nova-compute", True)
+    runtime.schedulers = [PendingQueue(_units(2, 1200))]
+    result = run_pass(runtime)
+    outs = [o for o in result.outcomes if o.kind == "launch"]
+    failed = [o for o in outs if o.status == "failed"]
+    ok = [o for o in outs if o.status == "ok"]
+    assert failed and all(o.pool.startswith("reserved") for o in failed), [o.to_dict() for o in outs]
+    assert any("no valid host" in o.detail.lower() for o in failed), [o.detail for o in failed]
+    assert ok and all(not o.pool.startswith("reserved") for o in ok)
+    assert sum(o.done for o in ok) >= 1
+    assert result.status == "ok", result.to_dict()
+    # the failed pool is remembered; no ERROR server is left behind
+    assert set(runtime.store.pool_failures(runtime.now())) >= {failed[0].pool}
+    servers = list(admin.compute.servers(all_projects=True, tags=REGION_TAG))
+    assert servers and all(s.status != "ERROR" for s in servers)
+    assert all(s.availability_zone != "nova" for s in servers)
+
+
+# -- errors ---------------------------------------------------------------------------------------------
+
+
+def _broken_config(env, tmp_path, *, cloud: str | None = None, flavor: str | None = None,
+                   password: str | None = None) -> dict[str, str]:
+    text = Path(env["SPOTCTL_CONFIG"]).read_text()
+    if cloud:
+        text = text.replace('cloud = "spotctl-lab"', f'cloud = "{cloud}"')
+    if flavor:
+        text = text.replace('flavor = "spot.small"', f'flavor = "{flavor}"')
+    cfg = tmp_path / "spotctl.toml"
+    cfg.write_text(text)
+    e = dict(env, SPOTCTL_CONFIG=str(cfg))
+    if password:
+        clouds = Path(env["OS_CLIENT_CONFIG_FILE"]).read_text().replace("password: secret", f"password: {password}")
+        (tmp_path / "clouds.yaml").write_text(clouds)
+        e["OS_CLIENT_CONFIG_FILE"] = str(tmp_path / "clouds.yaml")
+    return e
+
+
+def test_bad_credentials_unknown_cloud_unknown_flavor_are_distinct_errors(env, tmp_path, admin):
+    bad = _broken_config(env, tmp_path, password="wrong")
+    r = _spotctl(bad, "launch", "--pool", "general")
+    assert r.returncode == 4, (r.returncode, r.stderr)
+    assert "refused the credentials" in r.stderr and "401" in r.stderr
+    r = _spotctl(bad, "status")
+    assert r.returncode == 4, (r.returncode, r.stderr)
+
+    r = _spotctl(_broken_config(env, tmp_path, cloud="no-such-cloud"), "status")
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert "no-such-cloud" in r.stderr
+
+    r = _spotctl(_broken_config(env, tmp_path, flavor="no.such.flavor"), "launch", "--pool", "small")
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert "no.such.flavor" in r.stderr
+    # nothing half-written: no server, no node record
+    assert not list(admin.compute.servers(all_projects=True, tags=REGION_TAG))
+    st = _spotctl(env, "status", "--all")
+    assert json.loads(st.stdout)["data"]["nodes"] == []
+
+
+def test_adapter_errors_translate(region, env, tmp_path, monkeypatch):
+    from spotctl.adapters.openstack import OpenStackCloud
+
+    bad = _broken_config(env, tmp_path, password="wrong")
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", bad["OS_CLIENT_CONFIG_FILE"])
+    with pytest.raises(AuthError, match="401"):
+        OpenStackCloud.from_config(region)
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", env["OS_CLIENT_CONFIG_FILE"])
+    from dataclasses import replace
+
+    with pytest.raises(ConfigError, match="nope"):
+        OpenStackCloud.from_config(replace(region, cloud="nope"))
+
+
+# -- bare metal through Ironic ------------------------------------------------------------------------------
+
+
+def test_bare_metal_through_ironic_fake_hardware(cloud, region, admin):
+    pool = region.pools["metal"]
+    before = [h for h in cloud.hosts(region.pools) if h.pool == "metal"]
+    assert len(before) == 3 and headroom(pool, before, time.time()).free == 3
+    inst = cloud.create_instance(pool, "spot-metal-0", "bm-0")
+    assert inst.id.startswith("ironic:")
+    inst = cloud.wait_active(inst.id, 60)
+    state = cloud.ironic_node_state(inst.id)
+    assert state["provision_state"] == "active" and state["name"] == inst.host
+    node = admin.baremetal.get_node(inst.id.split(":", 1)[1])
+    assert node.instance_info.get("display_name") == "spot-metal-0"
+    assert cloud.find_instance("bm-0").id == inst.id
+    assert [i.id for i in cloud.instances() if i.pool == "metal"] == [inst.id]
+    after = [h for h in cloud.hosts(region.pools) if h.pool == "metal"]
+    assert headroom(pool, after, time.time()).free == 2 and sum(h.spot_nodes for h in after) == 1
+    # all nodes taken → CapacityError (the pass falls back), nothing left claimed
+    extra = [cloud.create_instance(pool, f"spot-metal-{i}", f"bm-{i}") for i in (1, 2)]
+    with pytest.raises(CapacityError, match="no available"):
+        cloud.create_instance(pool, "spot-metal-3", "bm-3")
+    assert len(list(admin.baremetal.allocations())) == 3
+    for i in [inst, *extra]:
+        assert cloud.delete_and_verify(i.id, 60) < 60
+    assert not [i for i in cloud.instances() if i.pool == "metal"]
+    assert all(n.provision_state == "available" for n in admin.baremetal.nodes(details=True))
+
+
+# -- performance ------------------------------------------------------------------------------------------------
+
+
+def test_observe_is_fast(runtime):
+    from spotctl.ops.observe import observe
+
+    observe(runtime)  # warm: token, flavors, aggregates
+    t0 = time.perf_counter()
+    snap = observe(runtime)
+    took = time.perf_counter() - t0
+    assert not snap.degraded, snap.degraded
+    assert len(runtime.region.pools) >= 6 and len({h.name for h in snap.hosts}) >= 3
+    assert took <= 2.0, f"observe took {took:.2f}s"

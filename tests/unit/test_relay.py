@@ -1,0 +1,243 @@
+"""The outbox relay (spotctl.ops.relay) against the real reference audit receiver over HTTP.
+
+Kafka is covered in tests/integration/test_record*.py (it needs the test broker).
+Here the audit log service is the real receiver on a loopback port, sometimes
+behind a fault-injecting proxy (500s, timeouts, answers lost after storing).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sqlite3
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from spotctl.adapters.audit_http import AuditClient
+from spotctl.core.errors import AuthError, TemporaryError
+from spotctl.ops.relay import relay
+from spotctl.services.audit_receiver import make_server
+from spotctl.state.store import Store
+
+TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture
+def receiver(tmp_path):
+    server = make_server(tmp_path / "receiver.db", TOKEN, port=0)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    server.ledger.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store.open(tmp_path / "state.db", "r1")
+    yield s
+    s.close()
+
+
+def fill(store: Store, n: int, t0: float = 1000.0) -> list[dict]:
+    recs = []
+    for i in range(n):
+        with store.tx():
+            recs.append(store.audit(actor="tester", action="node.launch", target=f"node-{i % 3}", result="ok",
+                                    inputs={"i": i, "pool": "gp"}, at=t0 + i))
+    return recs
+
+
+def stored(server) -> list[dict]:
+    return server.ledger.page("r1", 0, 10000)
+
+
+class FaultProxy:
+    """A loopback HTTP proxy to the receiver that misbehaves on a script of requests.
+
+    Each entry of ``script`` handles one request: "500" answers 500 without forwarding,
+    "slow" waits longer than the client's timeout, "lost" forwards (the receiver stores the
+    batch) and then answers 502, "ok" forwards. After the script, every request is forwarded.
+    """
+
+    def __init__(self, upstream: str, script: list[str], slow_seconds: float = 1.5):
+        self.script = list(script)
+        self.seen: list[str] = []
+        host, port = upstream.replace("http://", "").split(":")
+        proxy = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _forward(self, body):
+                c = http.client.HTTPConnection(host, int(port), timeout=10)
+                c.request(self.command, self.path, body=body, headers=dict(self.headers))
+                r = c.getresponse()
+                return r.status, r.read()
+
+            def _answer(self, status, data):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _handle(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0)) or None
+                step = proxy.script.pop(0) if proxy.script else "ok"
+                proxy.seen.append(step)
+                if step == "500":
+                    return self._answer(500, b'{"error":{"code":"internal","message":"injected"}}')
+                if step == "slow":
+                    time.sleep(slow_seconds)
+                    try:
+                        return self._answer(503, b'{"error":{"code":"late","message":"too late"}}')
+                    except OSError:
+                        return None
+                status, data = self._forward(body)
+                if step == "lost":
+                    return self._answer(502, b"<html>bad gateway</html>")
+                return self._answer(status, data)
+
+            do_GET = do_POST = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_audit_rows_reach_the_service_in_chain_order_and_are_marked_delivered(store, receiver):
+    recs = fill(store, 25)
+    client = AuditClient(receiver.url, TOKEN, batch_size=7)
+    report = relay(store, {"audit": client}, now=time.time)
+    assert report.kinds["audit"].delivered == 25 and report.kinds["audit"].pending == 0
+    assert not report.failed
+    got = stored(receiver)
+    assert [r["id"] for r in got] == [r["id"] for r in recs]
+    # the service's copy links up: each record's prev_hash is the previous record's hash
+    assert all(b["prev_hash"] == a["hash"] for a, b in zip(got, got[1:]))
+    assert store.outbox_pending("audit") == (0, None)
+    # events have no destination here: they stay queued, and that is not an error
+    assert report.kinds["event"].configured is False and report.kinds["event"].error is None
+
+
+def test_a_redelivered_batch_is_acknowledged_as_duplicate_and_stored_once(store, receiver):
+    fill(store, 5)
+    client = AuditClient(receiver.url, TOKEN)
+    rows = [(k, p) for _, k, p in store.pending_batch("audit", 100)]
+    assert client.deliver(rows) == 5
+    # a crash after the service answered but before the outbox mark: the next pass sends them again
+    assert relay(store, {"audit": client}, now=time.time).kinds["audit"].delivered == 5
+    assert len(stored(receiver)) == 5
+
+
+@pytest.mark.parametrize("script", [["500", "500", "500"], ["slow", "500"], ["lost", "lost"], ["lost", "slow", "500"]])
+def test_service_errors_and_timeouts_are_retried_and_nothing_is_lost_or_doubled(store, receiver, script):
+    recs = fill(store, 12)
+    proxy = FaultProxy(receiver.url, script)
+    try:
+        client = AuditClient(proxy.url, TOKEN, timeout_seconds=0.5, max_wait_seconds=20, batch_size=5,
+                             sleep=lambda s: time.sleep(min(s, 0.05)))
+        report = relay(store, {"audit": client}, now=time.time)
+    finally:
+        proxy.close()
+    assert report.kinds["audit"].error is None and report.kinds["audit"].pending == 0
+    assert proxy.seen[:len(script)] == script
+    assert client.attempts >= len(script) + 3  # 3 batches, each retried through its faults
+    assert [r["id"] for r in stored(receiver)] == [r["id"] for r in recs]
+
+
+def test_a_service_that_stays_down_costs_a_bounded_wait_and_rows_stay_queued(store, receiver):
+    fill(store, 4)
+    proxy = FaultProxy(receiver.url, ["500"] * 1000)
+    try:
+        client = AuditClient(proxy.url, TOKEN, timeout_seconds=0.3, max_wait_seconds=1.0)
+        t0 = time.monotonic()
+        report = relay(store, {"audit": client}, now=time.time)
+        took = time.monotonic() - t0
+    finally:
+        proxy.close()
+    assert 0.9 <= took < 3.0
+    assert "HTTP 500" in report.failed["audit"]
+    assert report.kinds["audit"].pending == 4 and report.kinds["audit"].delivered == 0
+    assert stored(receiver) == []
+    # the service is back: the same rows go, once
+    assert relay(store, {"audit": AuditClient(receiver.url, TOKEN)}, now=time.time).kinds["audit"].delivered == 4
+    assert len(stored(receiver)) == 4
+
+
+def test_a_refused_record_stops_the_queue_at_that_record(store, receiver):
+    recs = fill(store, 6)
+    # tamper with one queued payload: the service recomputes the hash and refuses it
+    row = store.conn.execute("SELECT id, payload FROM outbox WHERE kind='audit' AND key=?", (recs[3]["id"],)).fetchone()
+    payload = json.loads(row["payload"])
+    payload["result"] = "failed"
+    store.conn.execute("UPDATE outbox SET payload=? WHERE id=?", (json.dumps(payload), row["id"]))
+    report = relay(store, {"audit": AuditClient(receiver.url, TOKEN)}, now=time.time)
+    assert report.kinds["audit"].delivered == 3 and report.kinds["audit"].pending == 3
+    assert recs[3]["id"] in report.failed["audit"] and "hash" in report.failed["audit"]
+    assert [r["id"] for r in stored(receiver)] == [r["id"] for r in recs[:3]]
+
+
+def test_a_wrong_token_is_an_auth_error_not_retried(store, receiver):
+    fill(store, 1)
+    client = AuditClient(receiver.url, "wrong", max_wait_seconds=5)
+    with pytest.raises(AuthError):
+        client.deliver([(k, p) for _, k, p in store.pending_batch("audit", 10)])
+    assert client.attempts == 1
+    report = relay(store, {"audit": client}, now=time.time)
+    assert "401" in report.failed["audit"] and report.kinds["audit"].pending == 1
+
+
+def test_a_configured_destination_without_an_outlet_is_reported(store):
+    fill(store, 2)
+    report = relay(store, {}, now=time.time, configured={"kafka", "audit"})
+    assert set(report.failed) == {"kafka", "audit"}
+    assert report.kinds["audit"].pending == 2
+
+
+def test_receiver_is_append_only_and_checks_the_hash(receiver, store):
+    recs = fill(store, 2)
+    client = AuditClient(receiver.url, TOKEN)
+    assert client.deliver([(r["id"], json.dumps(r)) for r in recs]) == 2
+    other = dict(recs[1], result="failed")
+    assert client.deliver([(other["id"], json.dumps(other))]) == 0
+    assert "invalid" in client.last_error and "hash" in client.last_error
+    # same key, different (self-consistent) record: a conflict, never an overwrite
+    forged = dict(recs[1], result="failed")
+    from spotctl.state.store import audit_hash
+
+    forged["hash"] = audit_hash(forged, forged["prev_hash"])
+    assert client.deliver([(forged["id"], json.dumps(forged))]) == 0 and "conflict" in client.last_error
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        receiver.ledger.conn.execute("UPDATE records SET body='{}'")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        receiver.ledger.conn.execute("DELETE FROM records")
+    assert client.record(recs[0]["id"])["hash"] == recs[0]["hash"]
+
+
+def test_service_pages_records_by_region(receiver, store):
+    fill(store, 7)
+    relay(store, {"audit": AuditClient(receiver.url, TOKEN)}, now=time.time)
+    got = list(AuditClient(receiver.url, TOKEN).records("r1", page=3))
+    assert len(got) == 7 and len({r["id"] for r in got}) == 7
+    assert list(AuditClient(receiver.url, TOKEN).records("elsewhere")) == []
+
+
+def test_unreachable_service_is_a_temporary_error(store):
+    fill(store, 1)
+    client = AuditClient("http://127.0.0.1:9", TOKEN, timeout_seconds=0.2, max_wait_seconds=0.5)
+    with pytest.raises(TemporaryError, match="cannot connect"):
+        client.deliver([(k, p) for _, k, p in store.pending_batch("audit", 10)])
