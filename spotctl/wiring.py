@@ -33,12 +33,13 @@ def build_runtime(config: Config, region_name: str | None = None, *, clock: Cloc
     path = state_path(config, region.name)
     store = Store.open(path, region.name)  # creates the state directory the simulator also uses
     try:
-        cloud, contract, schedulers, concurrent = _ports(region, path, clock)
+        cloud, contract, schedulers, concurrent, world = _ports(region, path, clock)
     except BaseException:
         store.close()
         raise
     rt = Runtime(region=region, store=store, cloud=cloud, contract=contract, schedulers=schedulers, clock=clock,
-                 actor=actor or region.actor or os_actor(), concurrent_observe=concurrent, backend=region.backend)
+                 actor=actor or region.actor or os_actor(), concurrent_observe=concurrent, backend=region.backend,
+                 simulation=world)
     if progress:
         rt.progress = progress
     return rt
@@ -75,7 +76,7 @@ def _ports(region: RegionConfig, path: Path, clock: Clock):
             concurrent = True
         elif world is not None:
             schedulers.extend(s for s in world.schedulers if s.name == kind)
-    return cloud, contract, schedulers, concurrent
+    return cloud, contract, schedulers, concurrent, world
 
 
 # adapter section -> (module, class); each class has ``from_config(region: RegionConfig)``.

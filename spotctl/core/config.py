@@ -44,6 +44,7 @@ _REGION_SCHEMA = {
         "no_notice_max_seconds": int, "currency": str, "max_launches_per_pass": int,
         "advisory_prespin_seconds": int, "advisory_drain_seconds": int, "advisory_timeout_seconds": int,
         "advisory_prespin_lead_seconds": int, "advisory_drain_margin_seconds": int, "calendar_advisory_seconds": int,
+        "drill_max_pool_pct": _NUM, "drill_min_served_pct": _NUM,
     },
     "pools": {"*": _POOL_SCHEMA},
     "openstack": {"image": str, "networks": str, "key_name": str, "user_data": str, "wait_active_seconds": int, "schedule_wait_seconds": int, "delete_verify_seconds": int, "timeout_seconds": _NUM, "blazar": bool, "pools": {"*": {"via": str, "traits": list, "image": str, "networks": str, "deploy_seconds": int}}},
@@ -105,6 +106,8 @@ class Policy:
     advisory_prespin_lead_seconds: int = 1800  # with a deadline: pre-spin this long before it
     advisory_drain_margin_seconds: int = 600  # with a deadline: drain drain_seconds + this before it
     calendar_advisory_seconds: int = 3600  # a reservation taking a host is an advisory this long ahead
+    drill_max_pool_pct: float = 25.0  # a reclaim drill takes at most this share of a pool's nodes
+    drill_min_served_pct: float = 50.0  # a drill stops early when demand served drops below this
 
 
 @dataclass(frozen=True)

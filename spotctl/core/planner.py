@@ -442,7 +442,7 @@ def plan(inp: PlanInput) -> Plan:
                 left = (deadline - now) if deadline else None
                 add("drain", Priority.RECLAIM,
                     f"hard notice {notice.id} ({notice.reason or 'reclaim'})" + (f", deadline in {int(left)}s" if left is not None else ""),
-                    node=n.id, pool=n.pool, deadline=deadline, inputs={"notice": notice.id})
+                    node=n.id, pool=n.pool, deadline=deadline, inputs={"notice": notice.id, "running": n.running})
                 if n.running:
                     to_replace.append(n)
                 gone_soon.add(n.id)
@@ -476,7 +476,7 @@ def plan(inp: PlanInput) -> Plan:
             if stage == "drain":
                 when = f", reclaim in {int(notice.deadline - now)}s" if notice.deadline is not None else ""
                 add("drain", Priority.RECLAIM, f"{what}: drain ahead of the reclaim{when}", node=n.id, pool=n.pool,
-                    deadline=notice.deadline, inputs={"notice": notice.id, "stage": stage})
+                    deadline=notice.deadline, inputs={"notice": notice.id, "stage": stage, "running": n.running})
                 if n.running:
                     to_replace.append(n)
                 continue

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spotctl.core.config import RegionConfig
-from spotctl.core.ports import Clock, CloudPort, ContractPort, SchedulerPort, SystemClock
+from spotctl.core.ports import Clock, CloudPort, ContractPort, SchedulerPort, Simulation, SystemClock
 from spotctl.state.store import Store
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,12 @@ class Runtime:
     progress: Progress = _quiet
     concurrent_observe: bool = True
     backend: str = "sim"
+    simulation: Simulation | None = None  # the demo region's world, moved along with the wall clock
+
+    def sync_world(self) -> None:
+        """Bring a simulated world up to now (a no-op for real regions)."""
+        if self.simulation is not None:
+            self.simulation.advance(self.now())
 
     def now(self) -> float:
         return self.clock.now()

@@ -67,3 +67,31 @@ def test_a_short_lead_notice_degrades_only_its_pool(make_rt):
     assert report["pools"]["gp-az1"]["terms"]["notice"]["evidence"]["lead_min_s"] == 45.0
     assert all(p["state"] == "met" for n, p in report["pools"].items() if n != "gp-az1")
     assert "gp-az1" in r.plan.inputs["no_notice_pools"]
+
+
+def test_a_rate_card_older_than_ten_minutes_degrades_and_restores(make_rt):
+    from dataclasses import replace as dc_replace
+
+    rt, world = make_rt()
+
+    class Stale:
+        def __init__(self, inner):
+            self.inner, self.frozen = inner, None
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def rate_card(self):
+            return self.frozen or self.inner.rate_card()
+
+    feed = Stale(world.contract)
+    rt.contract = feed
+    assert run_pass(rt).contract_changes == []  # all met: nothing announced
+    card = world.contract.rate_card()
+    feed.frozen = dc_replace(card, valid_from=rt.clock.now() - 660, valid_until=rt.clock.now() + 60)
+    r = run_pass(rt)
+    assert {c["to"] for c in r.contract_changes} == {"degraded:rate_card"}
+    assert set(r.plan.inputs["no_notice_pools"]) == set(rt.region.pools)
+    feed.frozen = None
+    r = run_pass(rt)
+    assert {c["to"] for c in r.contract_changes} == {"met"}

@@ -1,0 +1,282 @@
+"""Reclaim drills (``spotctl exercise-reclaim``): rehearse the provider's reclaim and score it.
+
+A drill picks victims in one pool under guardrails (a count or a percentage,
+at most ``policy.drill_max_pool_pct`` of the pool, one drill per region at a
+time), asks the provider's reclaim API to reclaim them in waves (each call
+takes a token of the "drill" class), lets the reconciler handle the notices as
+it would in production, and stops early when demand served drops below
+``policy.drill_min_served_pct`` or a notice arrives with less than 120 s left.
+
+The score, per victim: the notice was delivered within 1 s; it left >= 120 s
+at receipt; the node was drained before the deadline; no running work was
+lost; the capacity was returned (deleted, allocations freed) by the deadline.
+Plus the time to a replacement when work had to move.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+
+from spotctl.core.budget import Priority
+from spotctl.core.errors import ConfigError, NotFoundError, RefusedError, UsageError
+from spotctl.core.models import NodeState
+
+from .reconcile import run_pass
+from .runtime import Runtime
+
+ACTIVE_KEY = "drill:active"
+MIN_NOTICE = 120
+
+
+def _key(drill_id: str) -> str:
+    return f"drill:{drill_id}"
+
+
+def load(rt: Runtime, drill_id: str) -> dict:
+    raw = rt.store.get_value(_key(drill_id))
+    if raw is None:
+        raise NotFoundError(f"no drill {drill_id!r} in region {rt.region.name!r}",
+                            hint="`spotctl exercise-reclaim list` shows the region's drills")
+    return json.loads(raw)
+
+
+def _save(rt: Runtime, drill: dict) -> None:
+    rt.store.set_value(_key(drill["id"]), json.dumps(drill, sort_keys=True), rt.now())
+    index = json.loads(rt.store.get_value("drill:index", "[]"))
+    if drill["id"] not in index:
+        index.append(drill["id"])
+        rt.store.set_value("drill:index", json.dumps(index[-200:]), rt.now())
+
+
+def drills(rt: Runtime) -> list[dict]:
+    out = []
+    for d in json.loads(rt.store.get_value("drill:index", "[]"))[::-1]:
+        x = load(rt, d)
+        out.append({k: x[k] for k in ("id", "pool", "status", "started_at", "finished_at") if k in x}
+                   | {"victims": len(x["victims"])})
+    return out
+
+
+def select(rt: Runtime, pool: str, count: int | None, percent: float | None, notice: int, advisory_lead: int) -> dict:
+    """Choose victims under the guardrails; nothing is changed."""
+    rt.region.pool(pool)  # NotFoundError for an unknown pool
+    if (count is None) == (percent is None):
+        raise UsageError("give exactly one of --count or --percent")
+    if notice < MIN_NOTICE:
+        raise UsageError(f"--notice must be at least {MIN_NOTICE} s (the contract's minimum), got {notice}")
+    if advisory_lead < 0:
+        raise UsageError("--advisory-lead must be >= 0")
+    if not callable(getattr(rt.contract, "reclaim", None)):
+        raise ConfigError(f"region {rt.region.name!r}: the contract feed offers no reclaim API to drill with")
+    candidates = sorted((n for n in rt.store.nodes(live_only=True)
+                         if n.pool == pool and n.state is NodeState.ACTIVE and n.instance_id and not n.notice_id),
+                        key=lambda n: n.id)
+    live = [n for n in rt.store.nodes(live_only=True) if n.pool == pool]
+    if count is None:
+        if not 0 < percent <= 100:
+            raise UsageError(f"--percent must be in (0, 100], got {percent}")
+        count = max(1, math.floor(len(live) * percent / 100))
+    if count < 1:
+        raise UsageError(f"--count must be at least 1, got {count}")
+    cap = math.floor(len(live) * rt.region.policy.drill_max_pool_pct / 100)
+    facts = {"pool": pool, "count": count, "candidates": len(candidates), "pool_nodes": len(live),
+             "max_by_policy": cap, "notice_seconds": notice, "advisory_lead_seconds": advisory_lead}
+    if count > cap:
+        raise RefusedError(f"a drill may take at most {rt.region.policy.drill_max_pool_pct:g}% of pool {pool} "
+                           f"({cap} of {len(live)} nodes); asked for {count}", details=facts,
+                           hint="lower --count, or raise policy.drill_max_pool_pct")
+    if count > len(candidates):
+        raise RefusedError(f"pool {pool} has {len(candidates)} active nodes without a notice; asked for {count}",
+                           details=facts)
+    active = rt.store.get_value(ACTIVE_KEY)
+    if active and load(rt, active)["status"] == "running":
+        raise RefusedError(f"drill {active} is still running in region {rt.region.name!r}: one drill at a time",
+                           hint=f"`spotctl exercise-reclaim status {active}`")
+    seed = f"{rt.region.name}|{pool}|{rt.now()}"
+    chosen = sorted(candidates, key=lambda n: hashlib.sha1(f"{seed}|{n.id}".encode()).hexdigest())[:count]
+    return {**facts, "victims": [{"node": n.id, "instance_id": n.instance_id} for n in chosen]}
+
+
+def start(rt: Runtime, selection: dict) -> dict:
+    now = rt.now()
+    drill_id = "drill-" + hashlib.sha1(f"{rt.region.name}|{now}|{selection['pool']}".encode()).hexdigest()[:10]
+    victims = selection["victims"]
+    size = max(1, math.ceil(len(victims) / 3))
+    drill = {"id": drill_id, "region": rt.region.name, "pool": selection["pool"], "status": "running",
+             "started_at": now, "finished_at": None, "actor": rt.actor,
+             "notice_seconds": selection["notice_seconds"], "advisory_lead_seconds": selection["advisory_lead_seconds"],
+             "waves": [victims[i:i + size] for i in range(0, len(victims), size)], "issued": 0,
+             "victims": [dict(v, wave=i // size) for i, v in enumerate(victims)], "abort_reason": None}
+    with rt.store.tx():
+        rt.store.set_value(ACTIVE_KEY, drill_id, now)
+        _save(rt, drill)
+        rt.store.audit(actor=rt.actor, action="drill.start", target=selection["pool"], result="running",
+                       inputs={"drill": drill_id, **{k: v for k, v in selection.items() if k != "victims"},
+                               "victims": [v["node"] for v in victims]}, at=now)
+    return drill
+
+
+def _issue_wave(rt: Runtime, drill: dict) -> None:
+    wave = drill["waves"][drill["issued"]]
+    if rt.take_token(Priority.DRILL, len(wave)) < len(wave):
+        raise RefusedError("the token budget cannot cover this wave of reclaim calls now")
+    ids = _reclaim(rt, [v["instance_id"] for v in wave], drill)
+    now = rt.now()
+    for x in drill["victims"]:
+        if x["instance_id"] in ids:
+            x.update(notice_id=ids[x["instance_id"]], reclaimed_at=now)
+    drill["issued"] += 1
+    rt.store.audit(actor=rt.actor, action="drill.reclaim", target=drill["pool"], result="issued",
+                   inputs={"drill": drill["id"], "wave": drill["issued"], "nodes": [v["node"] for v in wave]},
+                   at=now)
+
+
+def _reclaim(rt: Runtime, instance_ids: list[str], drill: dict) -> dict[str, str | None]:
+    """Call the provider's reclaim API: the HTTP feed takes a batch, the simulator one instance at a time."""
+    feed = rt.contract
+    if callable(getattr(feed, "poll", None)):  # the contract API (NoticeStream)
+        rec = feed.reclaim(instance_ids, drill["notice_seconds"], drill["advisory_lead_seconds"], drill["id"])
+        return {i: rec.get("id") for i in instance_ids}
+    return {i: feed.reclaim(i, drill["notice_seconds"], f"reclaim drill {drill['id']}").id for i in instance_ids}
+
+
+def _stop_condition(rt: Runtime, drill: dict, last_pass) -> str | None:
+    for n in rt.store.notices_since(drill["started_at"]):
+        if n["kind"] == "hard" and n["deadline"] is not None and n["deadline"] - n["first_seen_at"] < MIN_NOTICE - 1:
+            return f"notice {n['id']} arrived with {int(n['deadline'] - n['first_seen_at'])} s left (< {MIN_NOTICE} s)"
+    if last_pass is not None and last_pass.plan is not None:
+        d = last_pass.plan.demand
+        pending = d.get("pending") or 0
+        if pending >= 10:
+            served = 100.0 * (pending - d.get("unplaced", 0)) / pending
+            if served < rt.region.policy.drill_min_served_pct:
+                return f"demand served dropped to {served:.0f}% (< {rt.region.policy.drill_min_served_pct:g}%)"
+    return None
+
+
+def _done(rt: Runtime, drill: dict) -> bool:
+    grace = 60
+    for v in drill["victims"]:
+        if "reclaimed_at" not in v:
+            return False
+        node = rt.store.find_node(v["node"])
+        if node is not None and node.live and rt.now() < v["reclaimed_at"] + drill["notice_seconds"] + grace:
+            return False
+    return True
+
+
+def run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callable[[dict], None] = lambda _: None,
+        max_seconds: float = 1800) -> dict:
+    """Issue the waves and let the reconciler handle them, until every victim is gone (or the time is up)."""
+    t_end = rt.now() + max_seconds
+    last = None
+    while True:
+        if drill["status"] == "running" and drill["issued"] < len(drill["waves"]):
+            reason = _stop_condition(rt, drill, last)
+            if reason:
+                drill.update(status="aborted", abort_reason=reason)
+                rt.store.audit(actor=rt.actor, action="drill.abort", target=drill["pool"], result="aborted",
+                               inputs={"drill": drill["id"], "reason": reason}, at=rt.now())
+            else:
+                _issue_wave(rt, drill)
+        _save(rt, drill)
+        rt.sync_world()
+        last = run_pass(rt)  # handle what the provider just sent, at once
+        progress(status(rt, drill["id"]))
+        if (drill["issued"] >= len(drill["waves"]) or drill["status"] == "aborted") and _done(rt, drill):
+            break
+        if rt.now() > t_end:
+            drill["abort_reason"] = drill["abort_reason"] or "time is up before every victim was handled"
+            break
+        tick()
+    drill["finished_at"] = rt.now()
+    if drill["status"] == "running":
+        drill["status"] = "done"
+    with rt.store.tx():
+        _save(rt, drill)
+        rt.store.set_value(ACTIVE_KEY, "", rt.now())
+        rep = report(rt, drill["id"])
+        rt.store.audit(actor=rt.actor, action="drill.finish", target=drill["pool"], result=drill["status"],
+                       inputs={"drill": drill["id"], "score": rep["score"], "abort_reason": drill["abort_reason"]},
+                       at=rt.now())
+    return rep
+
+
+def status(rt: Runtime, drill_id: str) -> dict:
+    drill = load(rt, drill_id)
+    states = {}
+    for v in drill["victims"]:
+        node = rt.store.find_node(v["node"])
+        states[v["node"]] = str(node.state) if node else "unknown"
+    return {"id": drill["id"], "pool": drill["pool"], "status": drill["status"], "waves": len(drill["waves"]),
+            "issued": drill["issued"], "victims": states, "abort_reason": drill["abort_reason"],
+            "started_at": drill["started_at"], "now": rt.now()}
+
+
+def report(rt: Runtime, drill_id: str) -> dict:
+    """Score a drill from what was recorded: notices, transitions, actions, audit records."""
+    drill = load(rt, drill_id)
+    notices = {n["id"]: n for n in rt.store.notices_since(drill["started_at"] - 1)}
+    by_instance: dict[str, dict] = {}
+    for n in notices.values():
+        if n["kind"] == "hard":
+            by_instance.setdefault(n["instance_id"], n)
+    drains = {}
+    for a in rt.store.audit_query(since=drill["started_at"] - 1, action="node.drain"):
+        drains.setdefault(a["target"], a)
+    rows = []
+    checks = passed = 0
+    for v in drill["victims"]:
+        if "reclaimed_at" not in v:
+            rows.append({"node": v["node"], "skipped": "not reclaimed (drill stopped before its wave)"})
+            continue
+        n = by_instance.get(v["instance_id"]) or notices.get(v.get("notice_id") or "")
+        trans = rt.store.transitions(v["node"])
+        at = {t["to_state"]: t["at"] for t in trans}
+        deadline = n["deadline"] if n else v["reclaimed_at"] + drill["notice_seconds"]
+        latency = None if not n or n.get("delivered_at") is None else round(n["delivered_at"] - n["issued_at"], 3)
+        left = None if not n else round(n["deadline"] - n["first_seen_at"], 1)
+        lead = None if not n or n["deadline"] is None else round(n["deadline"] - n["issued_at"], 1)
+        drained_at = at.get("draining")
+        drain = drains.get(v["node"])
+        running = (drain or {}).get("inputs", {}).get("running", 0) or 0
+        drained_in_time = drained_at is not None and drained_at <= deadline
+        returned_at = at.get("deleting")
+        gone = "gone" in at
+        replacement = _replacement_time(rt, drill, v, drained_at) if running else None
+        row = {
+            "node": v["node"], "notice": n["id"] if n else None, "delivery_latency_s": latency,
+            "notice_lead_s": lead, "left_at_receipt_s": left, "drained_at": drained_at, "drained_before_deadline": drained_in_time,
+            "jobs_requeued": running if drained_in_time else 0, "jobs_lost": 0 if drained_in_time else running,
+            "time_to_replacement_s": replacement,
+            "capacity_returned_by_deadline": bool(returned_at is not None and returned_at <= deadline and gone),
+            "final_state": trans[-1]["to_state"] if trans else None,
+        }
+        for ok in (latency is not None and latency <= 1.0, lead is not None and lead >= MIN_NOTICE,
+                   drained_in_time, row["jobs_lost"] == 0, row["capacity_returned_by_deadline"]):
+            checks += 1
+            passed += int(bool(ok))
+        rows.append(row)
+    return {"id": drill["id"], "region": drill["region"], "pool": drill["pool"], "status": drill["status"],
+            "abort_reason": drill["abort_reason"], "started_at": drill["started_at"],
+            "finished_at": drill["finished_at"], "notice_seconds": drill["notice_seconds"],
+            "score": round(100.0 * passed / checks, 1) if checks else None, "checks": checks, "passed": passed,
+            "victims": rows}
+
+
+def _replacement_time(rt: Runtime, drill: dict, victim: dict, drained_at: float | None) -> float | None:
+    """Seconds from the reclaim to a node launched afterwards (elsewhere) becoming active."""
+    t0 = victim["reclaimed_at"]
+    best = None
+    for node in rt.store.nodes():
+        if node.created_at < t0 or node.id == victim["node"]:
+            continue
+        for t in rt.store.transitions(node.id):
+            if t["to_state"] == "active":
+                d = t["at"] - t0
+                best = d if best is None else min(best, d)
+    return None if best is None else round(best, 1)
