@@ -141,6 +141,10 @@ def main() -> int:
     n = 5 if args.quick else 15
     sizes = [(200, 2000), (2000, 20000)] if args.quick else [(2000, 20000), (20000, 200000)]
     results = {"cli_start": bench_cli_start(n), "plan_demo": bench_plan_demo(n), "pass": bench_pass(sizes)}
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import notices
+
+    results["notices"] = notices.bench()
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -162,6 +166,13 @@ def main() -> int:
                   f"peak RSS {r['peak_rss_mib']} MiB, {r['actions']} actions")
         print(f"   10x the work took {b['ratio_10x_work']}x the time  (targets: {b['targets']})  "
               f"{'PASS' if b['pass'] else 'FAIL'}")
+        nb = results["notices"]
+        pn, w = nb["pass_with_1000_notices"], nb["watch_100_notices"]
+        print("4. notices")
+        print(f"   pass with {pn['notices']} hard notices: {pn['pass_s']:.3f} s ({pn['drains']} drains), "
+              f"{pn['ratio']}x the same pass without them  (target {pn['target']})  {'PASS' if pn['pass'] else 'FAIL'}")
+        print(f"   watcher, {w['notices']} notices: receipt -> drains accepted p50 {w['p50_s'] * 1000:.1f} ms, "
+              f"p99 {w['p99_s'] * 1000:.1f} ms  (target {w['target']})  {'PASS' if w['pass'] else 'FAIL'}")
     return 0 if all(v["pass"] for v in results.values()) else 1
 
 
