@@ -64,5 +64,5 @@ def state(ctx: typer.Context) -> AppState:
     obj = ctx.find_root().obj
     if not isinstance(obj, AppState):
         obj = ctx.find_root().obj = AppState()
-    obj.command = ctx.command.name or obj.command
+    obj.command = " ".join(ctx.command_path.split()[1:]) or obj.command
     return obj

@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from spotctl.core.errors import ExitCode, SpotctlError
 
-from . import audit, config_cmd, contract, drain, launch, plan, reconcile, sim, simulate, status, version
+from . import audit, config_cmd, contract, drain, drill, launch, plan, reconcile, sim, simulate, status, version
 from .context import AppState, state
 
 HELP = """Spot Capacity Orchestrator for on-premises OpenStack clouds.
@@ -147,7 +147,7 @@ def setup_logging(level: int) -> None:
     root.setLevel(level)
 
 
-for module in (plan, status, reconcile, launch, drain, simulate, sim, audit, contract, config_cmd, version):
+for module in (plan, status, reconcile, launch, drain, simulate, sim, drill, audit, contract, config_cmd, version):
     app.add_typer(module.app)
 
 __all__ = ["app", "run", "state"]

@@ -726,7 +726,10 @@ def serve_region(region, world_factory, *, host: str | None = None, port: int | 
     port = DEFAULT_PORT if port is None else port
     token = token if token is not None else cfg_token
     start = time.time()
-    world, *_ = world_factory(region, start, region.seed if seed is None else seed)
+    # Start the world a minute back and advance it, so that events due at its start (reservations
+    # taking hosts) have run before the instances are placed.
+    world, *_ = world_factory(region, start - 60.0, region.seed if seed is None else seed)
+    world.advance(start)
     made = populate(world, instances)
     try:
         server = make_server(world, host, port, token=token or None, max_wait=max_wait)

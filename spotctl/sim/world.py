@@ -161,6 +161,10 @@ class SimWorld:
         self._plan(self.now + self._step + 60.0)
         self._arrived_to = self.now - self.knobs.backlog_seconds
         self._arrive(self.now)
+        # Events already due (reservations taking hosts now) run before anything is placed.
+        while self._heap and self._heap[0][0] <= self.now:
+            _, _, kind, args = heapq.heappop(self._heap)
+            self._handlers[kind](*args)
 
     # --- the clock -----------------------------------------------------------------
 
