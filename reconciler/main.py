@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary))
     if args.metrics_file:
         write_metrics(args.metrics_file, result)
+    if result.auth_failed:
+        log.error("%s refused our credentials", ", ".join(result.auth_failed))
+        return int(ExitCode.AUTH)
     return 0 if result.status in ("ok", "skipped", "dry-run") else int(ExitCode.PARTIAL)
 
 

@@ -42,7 +42,20 @@ def build_runtime(config: Config, region_name: str | None = None, *, clock: Cloc
                  simulation=world)
     if progress:
         rt.progress = progress
+    try:
+        rt.outlets = outlets(region)  # the outbox relay's destinations (spotctl.ops.relay)
+    except BaseException:
+        store.close()
+        raise
     return rt
+
+
+def outlets(region: RegionConfig) -> dict:
+    """The relay destinations the region configures: ``[kafka]`` (lifecycle events), ``[audit]`` (audit log service).
+
+    A region without them keeps its outbox rows queued; building one imports no SDK yet (they connect lazily).
+    """
+    return {name: _adapter(region, name) for name in ("kafka", "audit") if region.section(name) is not None}
 
 
 def _ports(region: RegionConfig, path: Path, clock: Clock):
@@ -85,6 +98,8 @@ ADAPTERS = {
     "slurm": ("spotctl.adapters.slurm", "SlurmScheduler"),
     "kubernetes": ("spotctl.adapters.kubernetes", "KubernetesScheduler"),
     "contract": ("spotctl.adapters.contract_http", "ContractFeed"),
+    "kafka": ("spotctl.adapters.kafka", "KafkaRelay"),
+    "audit": ("spotctl.adapters.audit_http", "AuditClient"),
 }
 
 

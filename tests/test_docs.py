@@ -32,3 +32,13 @@ def test_readme_starts_with_the_two_setup_commands():
     first_code = blocks[1].splitlines()[1:]  # after the fence's info string
     commands = [ln for ln in first_code if ln.strip() and not ln.strip().startswith("#")]
     assert commands[:2] == ["make demo", "make test"]
+
+
+def test_example_configs_load():
+    from spotctl.core.config import load_config
+
+    examples = sorted((docgen.ROOT / "docs" / "examples").glob("*.toml"))
+    assert examples
+    for path in examples:
+        cfg = load_config(env={"SPOTCTL_CONFIG": str(path)})
+        assert cfg.region().pools, path

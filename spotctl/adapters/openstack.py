@@ -591,7 +591,7 @@ class OpenStackCloud:
         """The server is gone and Placement holds no allocation for it."""
         if instance_id.startswith(IRONIC_PREFIX):
             return self._ironic_released(instance_id[len(IRONIC_PREFIX):])
-        s = self._call("nova get server", lambda: self.conn.compute.find_server(instance_id, ignore_missing=True))
+        s = self._server(instance_id)
         if s is not None and s.status not in ("DELETED", "SOFT_DELETED"):
             return False
         allocs = self._placement(f"/allocations/{instance_id}") or {}
@@ -631,11 +631,17 @@ class OpenStackCloud:
         if instance_id.startswith(IRONIC_PREFIX):
             uuid = instance_id[len(IRONIC_PREFIX):]
             return next((i for i in self._ironic_instances() if i.id == instance_id or i.id.endswith(uuid)), None)
-        s = self._call("nova get server", lambda: self.conn.compute.find_server(instance_id, ignore_missing=True))
+        s = self._server(instance_id)
         if s is None or s.status in ("DELETED", "SOFT_DELETED"):
             return None
-        s = self._call("nova get server", lambda: self.conn.compute.get_server(instance_id))
         return self._instance(s)
+
+    def _server(self, instance_id: str):
+        """One GET of the server; None when Nova no longer knows it."""
+        try:
+            return self._call("nova get server", lambda: self.conn.compute.get_server(instance_id))
+        except NotFoundError:
+            return None
 
     # -- Ironic, directly (pools with via = "ironic") ----------------------------------------
 

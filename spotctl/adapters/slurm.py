@@ -373,11 +373,30 @@ class SlurmScheduler:
                     parts.append(" / ".join(str(e[k]) for k in ("description", "error", "source") if e.get(k)))
             if parts:
                 return "; ".join(parts)
+        if r is None:
+            return "(no message)"
         return (r.text or r.reason or "").strip()[:300]
 
     def _api(self, path: str, method: str = "GET", **kw) -> dict:
         self.discover()
         return self._request(method, f"/slurm/{self.api_version}/{path}", **kw)
+
+    def _list(self, path: str, key: str) -> list[dict]:
+        """A list read (jobs, nodes, partitions). slurmrestd may answer HTTP 200 with an empty list and
+        ``errors`` when it could not load the data from slurmctld (busy, timed out): that is a failure,
+        not an empty cluster."""
+        body = self._api(path, what=f"GET {path}")
+        items = body.get(key)
+        errors = body.get("errors") or []
+        if errors and not items:
+            raise TemporaryError(f"slurm: GET {path}: slurmrestd answered without data: {self._message(None, body)}")
+        if errors:
+            log.warning("slurm: GET %s: %s", path, self._message(None, body))
+        if not isinstance(items, list):
+            if items is None:
+                return []
+            raise UnavailableError(f"slurm: GET {path}: {key!r} is not a list")
+        return [x for x in items if isinstance(x, dict)]
 
     # --- discovery ----------------------------------------------------------------
 
@@ -395,7 +414,7 @@ class SlurmScheduler:
             try:
                 doc = self._request("GET", "/openapi/v3", what="API discovery (GET /openapi/v3)")
             except UnavailableError as e:
-                if isinstance(e, (AuthError,)) or not start:
+                if not start:
                     raise
                 log.warning("%s; API version discovery deferred", e.message)
                 return ""
@@ -470,15 +489,13 @@ class SlurmScheduler:
         cached = self._jobs_cache
         if cached is not None and now - cached[0] < JOBS_CACHE_SECONDS:
             return cached[1]
-        jobs = self._api("jobs", what="GET jobs").get("jobs") or []
-        jobs = [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
+        jobs = self._list("jobs", "jobs")
         self._jobs_cache = (now, jobs)
         return jobs
 
     def nodes(self) -> list[dict]:
         """Every Slurm node as slurmrestd reports it (``/nodes``: ``/node/{name}`` has wrong partitions in 22.05)."""
-        nodes = self._api("nodes", what="GET nodes").get("nodes") or []
-        return [n for n in nodes if isinstance(n, dict)] if isinstance(nodes, list) else []
+        return self._list("nodes", "nodes")
 
     def node(self, node: str) -> dict:
         """The Slurm record of one of our nodes; NotFoundError when Slurm does not know it."""
@@ -489,8 +506,7 @@ class SlurmScheduler:
         raise NotFoundError(f"slurm: no node named {name!r}")
 
     def _partitions(self) -> dict[str, dict]:
-        parts = self._api("partitions", what="GET partitions").get("partitions") or []
-        return {p["name"]: p for p in parts if isinstance(p, dict) and p.get("name")}
+        return {p["name"]: p for p in self._list("partitions", "partitions") if p.get("name")}
 
     # --- demand ---------------------------------------------------------------------
 

@@ -6,6 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from spotctl.core.errors import ExitCode
+
 from . import render
 from .context import state
 
@@ -44,10 +46,15 @@ def plan(
         if not r["reproduced"]:
             raise typer.Exit(1)
         return
-    result, degraded = ops.show_plan(st.runtime())
+    result, degraded, auth_failed = ops.show_plan(st.runtime())
     data = result.to_dict(explain=explain)
     data["degraded"] = degraded
-    render.emit(st.fmt(), "plan", data, table=lambda c, d: _table(c, d, explain))
+    code = ExitCode.AUTH if auth_failed else ExitCode.OK
+    render.emit(st.fmt(), "plan", data, status="auth-failed" if auth_failed else "ok", exit_code=code,
+                table=lambda c, d: _table(c, d, explain))
+    if auth_failed:
+        render.error(f"{', '.join(auth_failed)} refused our credentials: " + "; ".join(degraded[s] for s in auth_failed))
+        raise typer.Exit(int(code))
 
 
 def _history_table(console, d: dict) -> None:

@@ -147,6 +147,13 @@ def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
             store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
                         inputs={"pool": pool.name, "error": e.message, "action_id": node.action_id}, at=now)
         return False, f"{pool.name}: {e.message} (will retry next pass)"
+    except SpotctlError as e:  # config/auth/unavailable: fail this node rather than retry it forever
+        now = rt.now()
+        with store.tx():
+            store.transition(node, NodeState.FAILED, reason=f"launch failed: {e.message}", at=now, actor=rt.actor)
+            store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
+                        inputs={"pool": pool.name, "error": e.message, "action_id": node.action_id}, at=now)
+        return False, f"{pool.name}: {e.message}"
     now = rt.now()
     with store.tx():
         store.transition(node, NodeState.BUILDING, reason="adopted existing instance" if existing else "instance created",

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from spotctl.core.capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, forward_calendar, headroom
-from spotctl.core.errors import SpotctlError
+from spotctl.core.errors import AuthError, SpotctlError
 from spotctl.core.models import (
     Exclusion,
     HostCapacity,
@@ -47,6 +47,7 @@ class Snapshot:
     exclusions: list[Exclusion] = field(default_factory=list)
     usage: list[NodeUsage] = field(default_factory=list)
     degraded: dict[str, str] = field(default_factory=dict)  # source -> error
+    auth_failed: list[str] = field(default_factory=list)  # sources that refused our credentials (exit 4)
     headroom: dict[str, PoolHeadroom] = field(default_factory=dict)
     calendars: dict[str, Calendar] = field(default_factory=dict)
 
@@ -103,6 +104,8 @@ def _outcome(fn, name: str, snap: Snapshot):
     except SpotctlError as e:
         log.warning("source %s unavailable: %s", name, e.message)
         snap.degraded[name] = e.message
+        if isinstance(e, AuthError):
+            snap.auth_failed.append(name)
     except Exception as e:  # an adapter bug must not stop the other sources
         log.exception("source %s failed", name)
         snap.degraded[name] = f"{type(e).__name__}: {e}"

@@ -9,10 +9,12 @@ from .observe import observe, plan_input
 from .runtime import Runtime
 
 
-def show_plan(rt: Runtime) -> tuple[Plan, dict[str, str]]:
+def show_plan(rt: Runtime) -> tuple[Plan, dict[str, str], list[str]]:
+    """The plan, the sources that were unavailable, and those that refused our credentials."""
     snap = observe(rt)
     conformance = contract.evaluate(rt, snap)
-    return make_plan(plan_input(rt, snap, no_notice=contract.degraded_pools(conformance))), snap.degraded
+    return (make_plan(plan_input(rt, snap, no_notice=contract.degraded_pools(conformance))), snap.degraded,
+            snap.auth_failed)
 
 
 def history(rt: Runtime, limit: int = 20) -> list[dict]:

@@ -30,6 +30,7 @@ class PassResult:
     plan: Plan | None = None
     outcomes: list[Outcome] = field(default_factory=list)
     degraded: dict[str, str] = field(default_factory=dict)
+    auth_failed: list[str] = field(default_factory=list)  # sources that refused our credentials
     synced: dict[str, int] = field(default_factory=dict)
     tokens_used: int = 0
     tokens_left: float = 0.0
@@ -48,6 +49,7 @@ class PassResult:
             "plan": self.plan.to_dict() if self.plan else None,
             "outcomes": [o.to_dict() for o in self.outcomes],
             "degraded": self.degraded,
+            "auth_failed": self.auth_failed,
             "synced": self.synced,
             "budget": {"tokens_used": self.tokens_used, "tokens_left": round(self.tokens_left, 3)},
             "contract_changes": self.contract_changes,
@@ -71,6 +73,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
             result.outcomes.extend(resume(rt))
         snap = observe(rt)
         result.degraded = dict(snap.degraded)
+        result.auth_failed = list(snap.auth_failed)
         nodes = None
         conformance = contract.evaluate(rt, snap)
         if not dry_run:
@@ -106,7 +109,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
 def _relay(rt: Runtime, result: PassResult) -> dict:
     """Outbox → Kafka and the audit service; a configured destination that is down makes the pass partial."""
     configured = {dest for dest in DESTINATIONS.values() if rt.region.section(dest) is not None}
-    report = relay_outbox(rt.store, getattr(rt, "outlets", None) or {}, now=rt.now, configured=configured)
+    report = relay_outbox(rt.store, rt.outlets, now=rt.now, configured=configured)
     for dest, why in report.failed.items():
         result.degraded[f"relay.{dest}"] = why
     return report.to_dict()

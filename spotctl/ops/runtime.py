@@ -42,6 +42,7 @@ class Runtime:
     concurrent_observe: bool = True
     backend: str = "sim"
     simulation: Simulation | None = None  # the demo region's world, moved along with the wall clock
+    outlets: dict = field(default_factory=dict)  # relay destinations: "kafka", "audit" (see ops.relay)
 
     def sync_world(self) -> None:
         """Bring a simulated world up to now (a no-op for real regions)."""

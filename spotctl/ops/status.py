@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spotctl.core.capacity import headroom
-from spotctl.core.errors import SpotctlError
+from spotctl.core.errors import AuthError, SpotctlError
 
 from .runtime import Runtime
 
@@ -14,6 +14,8 @@ def status(rt: Runtime, *, all_nodes: bool = False) -> dict:
     hosts = []
     try:
         hosts = rt.cloud.hosts(rt.region.pools)
+    except AuthError:
+        raise
     except SpotctlError as e:
         degraded["cloud"] = e.message
     rc = None

@@ -329,8 +329,8 @@ def test_kill_between_intent_and_effect_next_pass_adopts_without_duplicate(env, 
     # the kill left at least one node whose server exists but whose record does not know it
     intended = [n for n in before.values() if str(n.state) == "intended"]
     tagged = {next(t.split("=", 1)[1] for t in s.tags if t.startswith("spotctl:action=")) for s in servers}
-    adopted_path = [n.action_id for n in intended if n.action_id in tagged]
-    print(f"killed with {len(servers)} servers, {len(intended)} intended nodes, {len(adopted_path)} to adopt")
+    to_adopt = [n.action_id for n in intended if n.action_id in tagged]
+    assert to_adopt, f"the kill missed the window: {len(servers)} servers, {len(intended)} intended nodes"
 
     r = _spotctl(env, "reconcile")
     assert r.returncode in (0, 7), r.stderr

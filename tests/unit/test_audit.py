@@ -140,3 +140,22 @@ def test_audit_verify_passes_after_a_simulated_day_of_the_demo_region(tmp_path):
         assert s.outbox_pending("event")[0] > 0
     finally:
         s.close()
+
+
+def test_the_openapi_example_batch_is_accepted_by_the_reference_receiver(tmp_path):
+    """docs/audit/openapi.yaml and the receiver agree: the example's hashes are real and it is stored."""
+    from pathlib import Path
+
+    import yaml
+
+    from spotctl.services.audit_receiver import Ledger
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "docs" / "audit" / "openapi.yaml").read_text())
+    batch = doc["paths"]["/v1/batches"]["post"]["requestBody"]["content"]["application/json"]["examples"][
+        "two-records"]["value"]
+    ledger = Ledger(tmp_path / "r.db")
+    try:
+        assert [r["status"] for r in ledger.append(batch["records"])] == ["created", "created"]
+        assert [r["status"] for r in ledger.append(batch["records"])] == ["duplicate", "duplicate"]
+    finally:
+        ledger.close()

@@ -20,9 +20,11 @@ schema is a bug of this server: it is answered with 500 and counted in ``/_admin
 
 Test controls (same bearer token) under ``/_admin``: ``POST reset`` (delete every object),
 ``POST compact`` (forget the event history: older resource versions get 410), ``POST drop-watches``
-``{"after_events": N, "count": C}`` (cut the next C watch connections abruptly after N events),
-``POST fail`` ``{"status": 503, "count": C}`` (answer the next C API requests with that error),
-``GET stats`` (requests, evictions, validation errors, watches).
+``{"after_events": N, "count": C, "match": S}`` (cut the next C watch connections whose request
+path contains S abruptly after N events), ``POST fail`` ``{"status": 503, "count": C, "match": S}``
+(answer the next C API requests whose path contains S with that error), ``GET stats`` (requests,
+evictions, deletes, schema failures, watches). ``match`` lets concurrent test runs, each in its
+own namespace, leave each other alone.
 
 Pods created through the API keep the ``status`` they are given (the real server would drop it
 and let the scheduler set it): tests describe unschedulable pods that way, or PATCH pods/status.
@@ -397,8 +399,10 @@ class Controls:
         self.lock = threading.Lock()
         self.drop_after: int | None = None
         self.drop_count = 0
+        self.drop_match = ""
         self.fail_status: int | None = None
         self.fail_count = 0
+        self.fail_match = ""
         self.stats = self._fresh()
 
     @staticmethod
@@ -414,6 +418,7 @@ class Controls:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "spotctl-k8s-testserver/1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
     store: Store
     schemas: Schemas
     controls: Controls
@@ -485,7 +490,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self._admin(verb, u.path[len("/_admin/"):], body)
             self.controls.count(f"{verb} {re.sub(r'/namespaces/[^/]+', '/namespaces/*', u.path)}")
             with self.controls.lock:
-                if self.controls.fail_count > 0 and u.path.startswith(("/api/v1/", "/apis/policy")):
+                if (self.controls.fail_count > 0 and u.path.startswith(("/api/v1/", "/apis/policy"))
+                        and self.controls.fail_match in self.path):
                     self.controls.fail_count -= 1
                     code = self.controls.fail_status or 503
                     raise HttpError(code, {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
@@ -610,7 +616,7 @@ class Handler(BaseHTTPRequestHandler):
         with ctl.lock:
             ctl.stats["watches"] += 1
             drop_after = None
-            if ctl.drop_count > 0:
+            if ctl.drop_count > 0 and ctl.drop_match in self.path:
                 ctl.drop_count -= 1
                 drop_after = ctl.drop_after or 0
         self.send_response(200)
@@ -814,10 +820,12 @@ class Handler(BaseHTTPRequestHandler):
             with ctl.lock:
                 ctl.drop_after = int(body.get("after_events", 0))
                 ctl.drop_count = int(body.get("count", 1))
+                ctl.drop_match = str(body.get("match", ""))
         elif what == "fail":
             with ctl.lock:
                 ctl.fail_status = int(body.get("status", 503))
                 ctl.fail_count = int(body.get("count", 1))
+                ctl.fail_match = str(body.get("match", ""))
         else:
             raise HttpError(404, "NotFound", f"no admin endpoint {what!r}")
         self._raw(200, {"ok": True, "resourceVersion": str(self.store.rv)})
