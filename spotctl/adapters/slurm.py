@@ -239,6 +239,7 @@ class SlurmScheduler:
         self._lock = threading.Lock()
         self._jobs_cache: tuple[float, list[dict]] | None = None
         self.skipped_malformed = 0
+        self._access_checked = False
 
     # --- construction -----------------------------------------------------------
 
@@ -285,8 +286,7 @@ class SlurmScheduler:
                    slurm_conf=slurm_conf, timeout=timeout, verify=verify,
                    node_name=c.get("node_name", "{node}"), node_prefix=c.get("node_prefix", "spot-"),
                    default_time_limit=int(c.get("default_time_limit_seconds", 3600)), drain_via=drain_via)
-        self.discover(start=True)
-        return self
+        return self  # version discovery and the token check happen on first use, inside the pass
 
     def __repr__(self) -> str:
         return f"<SlurmScheduler {self.url} {self.api_version or 'undiscovered'}>"
@@ -379,6 +379,10 @@ class SlurmScheduler:
 
     def _api(self, path: str, method: str = "GET", **kw) -> dict:
         self.discover()
+        if not self._access_checked:
+            # once per process: a refused token is an AuthError (the pass goes on degraded and exits 4)
+            self._check_access()
+            self._access_checked = True
         return self._request(method, f"/slurm/{self.api_version}/{path}", **kw)
 
     def _list(self, path: str, key: str) -> list[dict]:
@@ -691,7 +695,12 @@ class SlurmScheduler:
 
     def resume(self, node: str) -> None:
         """Clear DRAIN (and DOWN): the node takes work again."""
-        self._update(node, "RESUME", None)
+        try:
+            self._update(node, "RESUME", None)
+        except TemporaryError as e:
+            if "Invalid node state" not in e.message:
+                raise
+            # not drained (or already resumed): resuming is idempotent, nothing to do
 
     def forget(self, node: str, reason: str) -> None:
         """The instance is gone: set the node DOWN with a reason; delete it when it is a dynamic node.

@@ -50,10 +50,12 @@ def plan(
     data = result.to_dict(explain=explain)
     data["degraded"] = degraded
     code = ExitCode.AUTH if auth_failed else ExitCode.OK
+    errors = [{"code": "auth", "message": f"{s}: {degraded[s]}"} for s in auth_failed]
     render.emit(st.fmt(), "plan", data, status="auth-failed" if auth_failed else "ok", exit_code=code,
-                table=lambda c, d: _table(c, d, explain))
+                errors=errors, table=lambda c, d: _table(c, d, explain))
     if auth_failed:
-        render.error(f"{', '.join(auth_failed)} refused our credentials: " + "; ".join(degraded[s] for s in auth_failed))
+        for e in errors:
+            render.error(e["message"])
         raise typer.Exit(int(code))
 
 

@@ -34,11 +34,13 @@ def reconcile(
 
     result = run_pass(st.runtime(), dry_run=dry_run)
     code = STATUS_EXIT.get(result.status, ExitCode.PARTIAL)
-    if result.auth_failed:  # the pass did what it could; a refused credential needs a human
+    errors = [{"code": "auth", "message": f"{s}: {result.degraded[s]}"} for s in result.auth_failed]
+    if errors:  # the pass did what it could; a refused credential needs a human
         code = ExitCode.AUTH
-        render.error(f"{', '.join(result.auth_failed)} refused our credentials: "
-                     + "; ".join(result.degraded[s] for s in result.auth_failed))
-    render.emit(st.fmt(), "reconcile", result.to_dict(), status=result.status, exit_code=code, table=_table)
+        for e in errors:
+            render.error(e["message"])
+    render.emit(st.fmt(), "reconcile", result.to_dict(), status=result.status, exit_code=code, errors=errors,
+                table=_table)
     if code:
         raise typer.Exit(int(code))
 

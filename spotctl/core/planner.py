@@ -734,6 +734,7 @@ def plan(inp: PlanInput) -> Plan:
         "placed_on_new_nodes": sum(a.units for a in actions if a.kind == "launch"),
         "unplaced": sum(unplaced.values()), "excluded": sum(inp.excluded.values()),
         "excluded_reasons": dict(sorted(inp.excluded.items())), "pending_after_plan": pending_left,
+        "classes": [d.to_dict() for d in inp.demand[:50]],  # largest first, with up to 20 unit ids each
     }
     inputs = {**base_inputs, "plan_input_digest": digest, "budget": inp.budget.to_dict(),
               "no_notice_pools": sorted(inp.no_notice_pools)}

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from spotctl.core.capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, forward_calendar, headroom
-from spotctl.core.errors import AuthError, SpotctlError
+from spotctl.core.errors import AuthError, ConfigError, SpotctlError
 from spotctl.core.models import (
     Exclusion,
     HostCapacity,
@@ -101,6 +101,8 @@ def observe(rt: Runtime) -> Snapshot:
 def _outcome(fn, name: str, snap: Snapshot):
     try:
         return fn()
+    except ConfigError:
+        raise  # a misconfigured source is not an outage: stop with exit 3 and say what to fix
     except SpotctlError as e:
         log.warning("source %s unavailable: %s", name, e.message)
         snap.degraded[name] = e.message
