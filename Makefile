@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test install bootstrap lint unit docs docs-check bench testenv-up testenv-down clean
+.PHONY: demo test install bootstrap lint unit docs docs-check bench bench-services testenv-up testenv-down clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -59,6 +59,12 @@ test: install
 
 bench: install
 	@$(PY) benchmarks/run.py
+
+# Benchmarks against the real test services (brought up and stopped here).
+bench-services: install
+	@scripts/testenv/all up
+	@rc=0; for b in relay schedulers os_cloud; do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || rc=1; done; \
+	  scripts/testenv/all down || true; exit $$rc
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
