@@ -132,28 +132,19 @@ def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
     existing = rt.cloud.find_instance(node.action_id)
     try:
         inst = existing or rt.cloud.create_instance(pool, node.id, node.action_id)
-    except CapacityError as e:
+    except SpotctlError as e:
+        # No room (remembered for the pool, the pass falls back), temporary (the planner re-plans next
+        # pass), or anything else (config, auth): the node fails rather than being retried forever.
         now = rt.now()
+        capacity, temporary = isinstance(e, CapacityError), isinstance(e, TemporaryError)
+        why = "launch refused" if capacity else "temporary error" if temporary else "launch failed"
         with store.tx():
-            store.transition(node, NodeState.FAILED, reason=f"launch refused: {e.message}", at=now, actor=rt.actor)
-            store.remember_failure(pool.name, now + rt.region.policy.failure_ttl_seconds, e.message, now)
+            store.transition(node, NodeState.FAILED, reason=f"{why}: {e.message}", at=now, actor=rt.actor)
+            if capacity:
+                store.remember_failure(pool.name, now + rt.region.policy.failure_ttl_seconds, e.message, now)
             store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
                         inputs={"pool": pool.name, "error": e.message, "action_id": node.action_id}, at=now)
-        return False, f"{pool.name}: {e.message}"
-    except TemporaryError as e:
-        now = rt.now()
-        with store.tx():
-            store.transition(node, NodeState.FAILED, reason=f"temporary error: {e.message}", at=now, actor=rt.actor)
-            store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
-                        inputs={"pool": pool.name, "error": e.message, "action_id": node.action_id}, at=now)
-        return False, f"{pool.name}: {e.message} (will retry next pass)"
-    except SpotctlError as e:  # config/auth/unavailable: fail this node rather than retry it forever
-        now = rt.now()
-        with store.tx():
-            store.transition(node, NodeState.FAILED, reason=f"launch failed: {e.message}", at=now, actor=rt.actor)
-            store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
-                        inputs={"pool": pool.name, "error": e.message, "action_id": node.action_id}, at=now)
-        return False, f"{pool.name}: {e.message}"
+        return False, f"{pool.name}: {e.message}" + (" (will retry next pass)" if temporary else "")
     now = rt.now()
     with store.tx():
         store.transition(node, NodeState.BUILDING, reason="adopted existing instance" if existing else "instance created",
