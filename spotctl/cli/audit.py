@@ -14,7 +14,7 @@ from spotctl.core.errors import ExitCode
 from . import render
 from .context import state
 
-app = typer.Typer(name="audit", no_args_is_help=True, help="""The tamper-evident audit trail of capacity actions.
+app = typer.Typer(rich_markup_mode=None, add_completion=False, name="audit", no_args_is_help=True, help="""The tamper-evident audit trail of capacity actions.
 
 Every capacity action and decision is an audit record (actor, action, target,
 result and the inputs behind it), chained by SHA-256 to the record before it,

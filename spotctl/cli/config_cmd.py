@@ -7,9 +7,14 @@ import typer
 from . import render
 from .context import state
 
-app = typer.Typer()
-config_app = typer.Typer(help="Inspect the merged configuration.", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, add_completion=False)
+config_app = typer.Typer(rich_markup_mode=None, add_completion=False, help="Inspect the merged configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+
+
+@config_app.callback()
+def config_group() -> None:
+    """Inspect the merged configuration."""
 
 
 @config_app.command("show")

@@ -23,8 +23,23 @@ class AppState:
     _runtime: object = None
     cleanups: list = field(default_factory=list)
 
+    def setup_logging(self) -> None:
+        """Logging, set up once per process at the entry point: stderr, with a prefix."""
+        import logging
+
+        level = logging.DEBUG if (self.debug or self.verbosity >= 2) else logging.INFO if self.verbosity == 1 else (
+            logging.ERROR if self.quiet else logging.WARNING)
+        root = logging.getLogger()
+        if not any(getattr(h, "_spotctl", False) for h in root.handlers):
+            h = logging.StreamHandler(sys.stderr)
+            h.setFormatter(logging.Formatter("spotctl: %(levelname)s: %(message)s"))
+            h._spotctl = True  # type: ignore[attr-defined]
+            root.addHandler(h)
+        root.setLevel(level)
+
     def config(self):
         if self._config is None:
+            self.setup_logging()
             from spotctl.core.config import load_config
 
             env = dict(os.environ)

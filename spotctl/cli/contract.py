@@ -11,9 +11,14 @@ from spotctl.core.errors import ExitCode
 from . import render
 from .context import state
 
-app = typer.Typer()
-contract_app = typer.Typer(help="The provider contract: is every term met, per pool?", no_args_is_help=True)
+app = typer.Typer(rich_markup_mode=None, add_completion=False)
+contract_app = typer.Typer(rich_markup_mode=None, add_completion=False, help="The provider contract: is every term met, per pool?", no_args_is_help=True)
 app.add_typer(contract_app, name="contract")
+
+
+@contract_app.callback()
+def contract_group() -> None:
+    """The provider contract: is every term met, per pool?"""
 
 
 @contract_app.command("check")

@@ -45,6 +45,8 @@ def commands(group=None, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, 
             continue
         path = prefix + (name,)
         if hasattr(cmd, "list_commands"):
+            if _params(cmd):  # a group that also runs on its own (exercise-reclaim --pool ...)
+                out.append((path, cmd))
             out.extend(commands(cmd, path))
         else:
             out.append((path, cmd))

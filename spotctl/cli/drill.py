@@ -10,8 +10,8 @@ import typer
 from . import render
 from .context import state
 
-app = typer.Typer()
-drill_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
+app = typer.Typer(rich_markup_mode=None, add_completion=False)
+drill_app = typer.Typer(rich_markup_mode=None, add_completion=False, invoke_without_command=True, no_args_is_help=False,
                         help="Rehearse the provider's reclaim on live spot nodes, and score it.")
 app.add_typer(drill_app, name="exercise-reclaim")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from enum import Enum
 from typing import Annotated, Optional
@@ -12,7 +11,6 @@ from typer.core import TyperGroup
 
 from spotctl.core.errors import ExitCode, SpotctlError
 
-from . import audit, config_cmd, contract, drain, drill, launch, plan, reconcile, sim, simulate, status, version
 from .context import AppState, state
 
 HELP = """Spot Capacity Orchestrator for on-premises OpenStack clouds.
@@ -66,8 +64,39 @@ def hoist_global_options(args: list[str]) -> list[str]:
     return front + rest
 
 
+# Command name -> (module in spotctl.cli, its Typer app). Loaded on first use: `spotctl plan --help`
+# imports and builds only `plan`; `spotctl --help` loads them all for their one-line help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("plan", "app"),
+    "status": ("status", "app"),
+    "reconcile": ("reconcile", "app"),
+    "launch": ("launch", "app"),
+    "drain": ("drain", "app"),
+    "simulate": ("simulate", "app"),
+    "sim": ("sim", "sim_app"),
+    "exercise-reclaim": ("drill", "drill_app"),
+    "audit": ("audit", "app"),
+    "contract": ("contract", "contract_app"),
+    "config": ("config_cmd", "config_app"),
+    "version": ("version", "app"),
+}
+
+
 class SpotctlGroup(TyperGroup):
-    """Runs commands inside the single place that turns errors into exit codes."""
+    """The root command: lazy sub-commands, and the single place that turns errors into exit codes."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name: str):
+        if name not in COMMANDS:
+            return None
+        import importlib
+
+        module, attr = COMMANDS[name]
+        cmd = typer.main.get_command(getattr(importlib.import_module(f"spotctl.cli.{module}"), attr))
+        cmd.name = name
+        return cmd
 
     def parse_args(self, ctx, args):
         if ctx.parent is None:
@@ -130,27 +159,13 @@ def main(
         "--state-dir", help="Directory of the region state databases (default: $XDG_STATE_HOME/spotctl).",
         show_default=False)] = None,
 ) -> None:
+    # Logging is set up when a command does real work (AppState.config), so --help stays fast.
     ctx.obj = AppState(output=output.value if output else None, region=region, verbosity=verbose, quiet=quiet, debug=debug,
                        config_path=config, state_dir=state_dir)
-    level = logging.DEBUG if (debug or verbose >= 2) else logging.INFO if verbose == 1 else (
-        logging.ERROR if quiet else logging.WARNING)
-    setup_logging(level)
 
 
-def setup_logging(level: int) -> None:
-    root = logging.getLogger()
-    if not any(getattr(h, "_spotctl", False) for h in root.handlers):
-        h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(logging.Formatter("spotctl: %(levelname)s: %(message)s"))
-        h._spotctl = True  # type: ignore[attr-defined]
-        root.addHandler(h)
-    root.setLevel(level)
 
-
-for module in (plan, status, reconcile, launch, drain, simulate, sim, drill, audit, contract, config_cmd, version):
-    app.add_typer(module.app)
-
-__all__ = ["app", "run", "state"]
+__all__ = ["COMMANDS", "app", "run", "state"]
 
 
 def run() -> None:

@@ -11,7 +11,7 @@ from spotctl.core.errors import ExitCode
 from . import render
 from .context import state
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None, add_completion=False)
 
 
 @app.command()

@@ -7,7 +7,6 @@ is a versioned envelope (``spotctl_result_version``) that scripts rely on;
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -28,6 +27,8 @@ def envelope(command: str, data, *, status: str = "ok", exit_code: int = 0, erro
 
 def emit(fmt: str, command: str, data, *, status: str = "ok", exit_code: int = 0,
          table: Callable | None = None, errors: list | None = None) -> None:
+    import json
+
     if fmt == "json":
         sys.stdout.write(json.dumps(envelope(command, data, status=status, exit_code=exit_code, errors=errors),
                                     indent=2, sort_keys=False, default=str) + "\n")

@@ -9,8 +9,8 @@ import typer
 from . import render
 from .context import state
 
-app = typer.Typer()
-sim_app = typer.Typer(help="The region's simulator, served over HTTP as the provider contract API.",
+app = typer.Typer(rich_markup_mode=None, add_completion=False)
+sim_app = typer.Typer(rich_markup_mode=None, add_completion=False, help="The region's simulator, served over HTTP as the provider contract API.",
                       no_args_is_help=True)
 app.add_typer(sim_app, name="sim")
 

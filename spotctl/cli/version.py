@@ -7,7 +7,7 @@ import typer
 from . import render
 from .context import state
 
-app = typer.Typer()
+app = typer.Typer(rich_markup_mode=None, add_completion=False)
 
 
 @app.command()
