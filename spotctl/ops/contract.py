@@ -14,10 +14,8 @@ every flip is recorded (audit record + lifecycle event) by the pass.
 from __future__ import annotations
 
 import logging
-import uuid
 
 from spotctl.core.errors import SpotctlError
-from spotctl.state.store import iso
 
 from .observe import Snapshot
 from .runtime import Runtime
@@ -133,12 +131,8 @@ def record_changes(rt: Runtime, report: dict) -> list[dict]:
             rt.store.audit(actor=rt.actor, action=f"contract.{kind}", target=name, result=value,
                            inputs={"previous": before, "failing": p["failing"], "evidence": evidence,
                                    "policy": "no-notice" if kind == "degraded" else "normal"}, at=now)
-            rt.store.outbox("event", name, {
-                "specversion": "1.0", "id": str(uuid.uuid4()), "source": f"spotctl/{rt.region.name}",
-                "type": f"io.spotctl.contract.{kind}", "subject": name, "time": iso(now),
-                "datacontenttype": "application/json",
-                "data": {"pool": name, "state": value, "previous": before, "failing": p["failing"]},
-            }, now)
+            rt.store.cloud_event(f"io.spotctl.contract.{kind}", name,
+                                 {"pool": name, "state": value, "previous": before, "failing": p["failing"]}, now)
             log.warning("pool %s: provider contract %s (%s)", name, kind, ", ".join(p["failing"]) or "all terms met")
             changes.append({"pool": name, "from": before, "to": value})
     return changes

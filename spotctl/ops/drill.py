@@ -117,6 +117,9 @@ def start(rt: Runtime, selection: dict) -> dict:
         rt.store.audit(actor=rt.actor, action="drill.start", target=selection["pool"], result="running",
                        inputs={"drill": drill_id, **{k: v for k, v in selection.items() if k != "victims"},
                                "victims": [v["node"] for v in victims]}, at=now)
+        rt.store.cloud_event("io.spotctl.drill.started", drill_id, {
+            "drill": drill_id, "pool": selection["pool"], "victims": [v["node"] for v in victims],
+            "notice_seconds": selection["notice_seconds"]}, now)
     return drill
 
 
@@ -203,6 +206,9 @@ def run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callabl
         rt.store.audit(actor=rt.actor, action="drill.finish", target=drill["pool"], result=drill["status"],
                        inputs={"drill": drill["id"], "score": rep["score"], "abort_reason": drill["abort_reason"]},
                        at=rt.now())
+        rt.store.cloud_event("io.spotctl.drill.finished", drill["id"], {
+            "drill": drill["id"], "pool": drill["pool"], "status": drill["status"], "score": rep["score"],
+            "abort_reason": drill["abort_reason"]}, rt.now())
     return rep
 
 

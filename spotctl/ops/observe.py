@@ -197,10 +197,20 @@ def _sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]
     by_instance = {n.instance_id: n for n in nodes if n.instance_id}
     for nt in snap.notices:
         node = by_instance.get(nt.instance_id)
-        store.see_notice(notice_id=nt.id, node_id=node.id if node else None, instance_id=nt.instance_id,
-                         kind=str(nt.kind), issued_at=nt.issued_at, deadline=nt.deadline, reason=nt.reason, at=now,
-                         delivered_at=nt.delivered_at, pool=nt.pool or (node.pool if node else None))
+        new = store.see_notice(notice_id=nt.id, node_id=node.id if node else None, instance_id=nt.instance_id,
+                               kind=str(nt.kind), issued_at=nt.issued_at, deadline=nt.deadline, reason=nt.reason,
+                               at=now, delivered_at=nt.delivered_at, pool=nt.pool or (node.pool if node else None))
+        if new and node is not None:
+            notice_event(store, nt, node, now)
     return changed, sorted((n for n in nodes + adopted if n.live), key=lambda n: n.id)
+
+
+def notice_event(store, nt: Notice, node: Node, at: float) -> None:
+    """Announce a notice, advisory or calendar reclaim on one of our nodes (keyed by the node)."""
+    store.cloud_event(f"io.spotctl.notice.{nt.kind.value}", node.id, {
+        "notice": nt.id, "node": node.id, "pool": node.pool, "instance_id": nt.instance_id, "kind": nt.kind.value,
+        "issued_at": nt.issued_at, "deadline": nt.deadline, "delivered_at": nt.delivered_at, "reason": nt.reason,
+        "seen_at": at}, at)
 
 
 def _released(rt: Runtime, instance_id: str) -> bool:

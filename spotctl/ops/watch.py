@@ -21,6 +21,7 @@ from spotctl.core.models import NodeState, Notice, NoticeKind
 from spotctl.core.planner import Action
 
 from .act import Outcome, execute
+from .observe import notice_event
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,13 @@ def handle(rt: Runtime, notice: Notice, received_at: float, stop: threading.Even
                  "delivery_latency_s": None if notice.delivered_at is None else
                  round(notice.delivered_at - notice.issued_at, 3)}
     node = rt.store.node_by_instance(notice.instance_id)
-    rt.store.see_notice(notice_id=notice.id, node_id=node.id if node else None, instance_id=notice.instance_id,
-                        kind=str(notice.kind), issued_at=notice.issued_at, deadline=notice.deadline,
-                        reason=notice.reason, at=received_at, delivered_at=notice.delivered_at,
-                        pool=notice.pool or (node.pool if node else None))
+    with rt.store.tx():
+        new = rt.store.see_notice(notice_id=notice.id, node_id=node.id if node else None,
+                                  instance_id=notice.instance_id, kind=str(notice.kind), issued_at=notice.issued_at,
+                                  deadline=notice.deadline, reason=notice.reason, at=received_at,
+                                  delivered_at=notice.delivered_at, pool=notice.pool or (node.pool if node else None))
+        if new and node is not None:
+            notice_event(rt.store, notice, node, received_at)
     if node is None or not node.live:
         out["action"] = "none: not one of our live nodes"
         return out

@@ -301,19 +301,16 @@ class Store:
     # -- outbox: events and audit -------------------------------------------
 
     def event(self, node: Node, src: NodeState | None, reason: str, at: float) -> None:
-        ev = {
-            "specversion": "1.0",
-            "id": str(uuid.uuid4()),
-            "source": f"spotctl/{self.region}",
-            "type": event_type(node.state),
-            "subject": node.id,
-            "time": iso(at),
-            "datacontenttype": "application/json",
-            "data": {"node": node.id, "pool": node.pool, "from": src.value if src else None,
-                     "to": node.state.value, "reason": reason, "instance_id": node.instance_id,
-                     "action_id": node.action_id},
-        }
-        self.outbox("event", node.id, ev, at)
+        """The lifecycle event of a node's transition (keyed by node id: per-node order on Kafka)."""
+        self.cloud_event(event_type(node.state), node.id, {
+            "node": node.id, "pool": node.pool, "from": src.value if src else None, "to": node.state.value,
+            "reason": reason, "instance_id": node.instance_id, "action_id": node.action_id}, at)
+
+    def cloud_event(self, type_: str, subject: str, data: dict, at: float, key: str | None = None) -> None:
+        """Queue a CloudEvents 1.0 (structured JSON) event in the outbox, in the caller's transaction."""
+        self.outbox("event", key or subject, {
+            "specversion": "1.0", "id": str(uuid.uuid4()), "source": f"spotctl/{self.region}", "type": type_,
+            "subject": subject, "time": iso(at), "datacontenttype": "application/json", "data": data}, at)
 
     def outbox(self, kind: str, key: str, payload: dict, at: float) -> None:
         with self.tx() as c:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 from spotctl.core.models import NodeState
@@ -9,6 +10,10 @@ from spotctl.ops.reconcile import run_pass
 from spotctl.state.store import Store
 
 from .conftest import Crash, advance
+
+
+def node_events(rt):
+    return [e for e in rt.store.outbox_rows("event") if '"type":"io.spotctl.node.' in e["payload"]]
 
 
 def launched(result):
@@ -33,7 +38,7 @@ def test_first_pass_launches_and_records_everything(make_rt):
     # intent, transitions and events are all recorded; the audit chain holds
     counts = rt.store.counts()
     assert counts["transitions"] == 2 * len(nodes)
-    assert len(rt.store.outbox_rows("event")) == counts["transitions"]
+    assert len(node_events(rt)) == counts["transitions"]
     assert rt.store.verify_audit()[0]
     assert rt.store.plans(1)[0]["summary"]["launches"] == launched(r)
 
@@ -145,8 +150,11 @@ def test_a_day_of_passes_keeps_every_promise(make_rt):
     # the budget was never exceeded: tokens used <= burst + rate * elapsed
     b = rt.region.budget
     assert rt.store.tokens_used_total() <= b.burst + b.rate * 6 * 3600
-    # every state change has its event; the audit chain verifies
-    assert len(rt.store.outbox_rows("event")) == rt.store.counts()["transitions"]
+    # every state change has its event, every notice on our nodes too; the audit chain verifies
+    assert len(node_events(rt)) == rt.store.counts()["transitions"]
+    announced = {json.loads(e["payload"])["data"]["notice"] for e in rt.store.outbox_rows("event")
+                 if '"type":"io.spotctl.notice.' in e["payload"]}
+    assert {n["id"] for n in notices if n["node_id"]} == announced
     assert rt.store.verify_audit()[0]
 
 
