@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.integration.test_both_schedulers import NODE, runtime, scene  # noqa: E402
+from tests.integration.test_both_schedulers import NODE, runtime, scene, teardown  # noqa: E402
 
 from spotctl.core.config import load_config  # noqa: E402
 from spotctl.core.models import NodeState, Notice, NoticeKind  # noqa: E402
@@ -73,14 +73,7 @@ def bench(n: int = 50) -> dict:
                     s.drain(NODE, "bench serial", now + 150)
                 serial.append(time.monotonic() - t)
         finally:
-            for s in rt.schedulers:
-                try:
-                    s.resume(NODE)
-                except Exception:
-                    pass
-            subprocess.run(["scancel", str(job)], env={**os.environ, "SLURM_CONF": s_env["SLURM_CONF"]},
-                           capture_output=True)
-            rt.store.close()
+            teardown(rt, s_env, job)
     return {"notices": n, "p50_s": round(statistics.median(both), 4), "p99_s": round(p(both, 0.99), 4),
             "serial_p50_s": round(statistics.median(serial), 4),
             "ratio_concurrent_vs_serial": round(statistics.median(both) / statistics.median(serial), 2),

@@ -214,11 +214,9 @@ def load_config(
             # but a file that sets default_region decides which one is used.
             _merge(data, sources, layer, str(path))
             files.append(str(path))
-    env_layer = {key: env[var] for var, key in ENV_KEYS.items() if env.get(var)}
     for var, key in ENV_KEYS.items():
         if env.get(var):
             _merge(data, sources, {key: env[var]}, f"env {var}")
-    del env_layer
     for key, value in (flags or {}).items():
         if value is not None:
             _merge(data, sources, {key: value}, "flag")

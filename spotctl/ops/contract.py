@@ -17,7 +17,7 @@ import logging
 
 from spotctl.core.errors import SpotctlError
 
-from .observe import Snapshot
+from .observe import Snapshot, observe
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -140,8 +140,6 @@ def record_changes(rt: Runtime, report: dict) -> list[dict]:
 
 def check(rt: Runtime, pool: str | None = None) -> dict:
     """``spotctl contract check``: observe now and evaluate every term (records nothing)."""
-    from .observe import observe
-
     if pool is not None:
         rt.region.pool(pool)  # NotFoundError for an unknown pool
     report = evaluate(rt, observe(rt))

@@ -277,12 +277,5 @@ def report(rt: Runtime, drill_id: str) -> dict:
 def _replacement_time(rt: Runtime, drill: dict, victim: dict, drained_at: float | None) -> float | None:
     """Seconds from the reclaim to a node launched afterwards (elsewhere) becoming active."""
     t0 = victim["reclaimed_at"]
-    best = None
-    for node in rt.store.nodes():
-        if node.created_at < t0 or node.id == victim["node"]:
-            continue
-        for t in rt.store.transitions(node.id):
-            if t["to_state"] == "active":
-                d = t["at"] - t0
-                best = d if best is None else min(best, d)
-    return None if best is None else round(best, 1)
+    times = [at - t0 for node, at in rt.store.activations_since(t0) if node != victim["node"]]
+    return round(min(times), 1) if times else None

@@ -10,7 +10,7 @@ import hashlib
 
 from spotctl.core.budget import Priority
 from spotctl.core.capacity import headroom
-from spotctl.core.errors import RefusedError, UsageError
+from spotctl.core.errors import RefusedError, SpotctlError, UsageError
 from spotctl.core.models import NodeState
 from spotctl.core.planner import Action
 
@@ -52,10 +52,9 @@ def launch(rt: Runtime, pool_name: str, count: int, *, dry_run: bool = False) ->
     if count > facts["tokens_available"]:
         raise RefusedError(f"the region's token budget allows {facts['tokens_available']} operator calls now; "
                            f"asked for {count}", hint="wait for the bucket to refill or ask for fewer", details=facts)
-    rate = None
     try:
         rate = rt.contract.rate_card()
-    except Exception:
+    except SpotctlError:  # no price known: the launch is still an operator's call, recorded without one
         rate = None
     price = rate.prices.get(pool.name) if rate else None
     action = Action(id=_action_id(rt, "launch", pool.name, count), kind="launch", priority=Priority.OPERATOR,

@@ -293,6 +293,12 @@ class Store:
                           (node.pool, node.id, at, "lost" if to is NodeState.LOST else "notice"))
         return node
 
+    def activations_since(self, t: float) -> list[tuple[str, float]]:
+        """(node, when it became active) for nodes created at or after ``t``."""
+        return [tuple(r) for r in self.conn.execute(
+            "SELECT t.node_id, t.at FROM transitions t JOIN nodes n ON n.id = t.node_id "
+            "WHERE t.to_state = 'active' AND n.created_at >= ? ORDER BY t.at", (t,))]
+
     def transitions(self, node_id: str | None = None) -> list[dict]:
         if node_id:
             return list(self.db.query("SELECT * FROM transitions WHERE node_id=? ORDER BY id", (node_id,)))

@@ -80,6 +80,17 @@ def scene(s_env, k_env, ns):
     return http, job
 
 
+def teardown(rt, s_env, job) -> None:
+    """Leave the node taking work in both schedulers, cancel the job, close the store."""
+    for s in rt.schedulers:
+        try:
+            s.resume(NODE)
+        except Exception:  # best effort: the scene may be half built
+            pass
+    slurm(s_env, "scancel", str(job), check=False)
+    rt.store.close()
+
+
 def runtime(region, tmp_path):
     world = SimWorld.new(region, time.time(), 7)
     store = Store.open(tmp_path / "state.db", region.name)
@@ -128,11 +139,5 @@ def test_one_notice_drains_the_node_in_both_schedulers_at_once(lab, tmp_path):
         drain = rt.store.audit_query(action="node.drain")[-1]
         assert set(drain["inputs"]["drain_accepted_seconds"]) == {"kubernetes", "slurm"}
     finally:
-        for s in rt.schedulers:
-            try:
-                s.resume(NODE)
-            except Exception:
-                pass
-        slurm(s_env, "scancel", str(job), check=False)
+        teardown(rt, s_env, job)
         http.delete(f"{k_env['K8S_URL']}/api/v1/nodes/{NODE}", timeout=10)
-        rt.store.close()
