@@ -7,6 +7,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# a venv that lost its python or pip is reinstalled even when its stamp is there
+ifneq ($(shell $(PY) -c 'import pip' >/dev/null 2>&1 && echo ok),ok)
+.PHONY: $(STAMP)
+endif
 
 .PHONY: demo test install bootstrap lint unit docs docs-check bench bench-services testenv-up testenv-down clean
 
@@ -15,7 +19,11 @@ bootstrap:
 
 $(STAMP): pyproject.toml
 	@scripts/bootstrap.sh
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# a venv whose pip does not run (an interrupted or failed creation) is rebuilt, never reused
+	@if ! $(PY) -m pip --version >/dev/null 2>&1; then \
+	  rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && $(PY) -m pip --version >/dev/null \
+	  || { rm -rf $(VENV); echo "make: could not create a working virtual environment in $(VENV)" >&2; exit 1; }; \
+	fi
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)

@@ -1,4 +1,10 @@
-"""Shared fixtures: an isolated environment per test (no user config, state in tmp_path)."""
+"""Shared fixtures: an isolated environment per test (no user config, state in tmp_path).
+
+The variables that steer the test harness itself survive the isolation: `SPOTCTL_REQUIRE_SERVICES`
+(read once, here, at collection time: under `make test` a test service that is down fails its tests)
+and the test-environment overrides (`SPOTCTL_TESTENV_*`, the service port overrides), which the
+`scripts/testenv/*` scripts need to find the services the suite started.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,23 @@ import os
 
 import pytest
 
+#: Read once when pytest loads this file, before any test strips the environment.
+REQUIRE_SERVICES = os.environ.get("SPOTCTL_REQUIRE_SERVICES") == "1"
+
+#: Harness variables, not spotctl settings: never stripped from a test's environment.
+HARNESS_VARS = ("SPOTCTL_REQUIRE_SERVICES", "SPOTCTL_KAFKA_PORT", "SPOTCTL_K8S_PORT")
+HARNESS_PREFIXES = ("SPOTCTL_TESTENV_",)
+
+
+def is_harness_var(name: str) -> bool:
+    return name in HARNESS_VARS or name.startswith(HARNESS_PREFIXES)
+
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path, monkeypatch):
     """Never read the developer's config or write their state."""
     for var in list(os.environ):
-        if var.startswith("SPOTCTL_") or var in ("NO_COLOR",):
+        if (var.startswith("SPOTCTL_") and not is_harness_var(var)) or var in ("NO_COLOR",):
             monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REQUIRE_SERVICES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -36,6 +38,6 @@ def testenv(name: str) -> dict[str, str]:
 
 def unavailable(name: str, why: str) -> None:
     msg = f"test service {name!r} is not up ({why}); start it with `scripts/testenv/{name} up`"
-    if os.environ.get("SPOTCTL_REQUIRE_SERVICES") == "1":
+    if REQUIRE_SERVICES:
         pytest.fail(msg, pytrace=False)
     pytest.skip(msg)
