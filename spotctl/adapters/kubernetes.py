@@ -41,10 +41,13 @@ Region table ``[regions.R.kubernetes]`` (every key optional):
 ``cordon_taint`` (``spotctl.io/reclaim``)
     key of the NoSchedule taint set by cordon and drain.
 ``expected_seconds_annotation`` (``spotctl.io/expected-seconds``)
-``eviction_retry_seconds`` (5), ``drain_timeout_seconds`` (300), ``deadline_margin_seconds`` (10)
-    PDB-blocked evictions are retried every ``eviction_retry_seconds``; without a deadline for at
-    most ``drain_timeout_seconds``; with one, until ``deadline - deadline_margin_seconds``, when the
-    pods still there are deleted.
+``deadline_margin_seconds`` (10)
+    a drain is one round per call (cordon + taint, one eviction per pod not yet leaving) and never
+    waits: later passes and the watcher call it again until the node is empty (pods gone, not just
+    evictions accepted: an evicted pod stays Terminating for its grace period). When the planner
+    forces a round (a hard notice's deadline is near), or once the deadline is less than this
+    margin away, the pods still there are deleted with a grace period that fits the time left
+    (PodDisruptionBudgets cannot hold a node the provider is taking back).
 ``page_size`` (500), ``node_label_selector`` (which nodes ``usage()`` reports; default all).
 """
 
@@ -77,7 +80,7 @@ from spotctl.core.errors import (
     TemporaryError,
     UnavailableError,
 )
-from spotctl.core.models import Exclusion, NodeUsage, PoolSpec, Scheduler, Shape, WorkUnit
+from spotctl.core.models import DrainProgress, Exclusion, NodeUsage, PoolSpec, Scheduler, Shape, WorkUnit
 from spotctl.core.ports import Clock, SystemClock
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,8 +110,6 @@ class Settings:
     cordon_taint: str = "spotctl.io/reclaim"
     expected_seconds_annotation: str = "spotctl.io/expected-seconds"
     default_pod_seconds: int = 3600
-    eviction_retry_seconds: float = 5.0
-    drain_timeout_seconds: float = 300.0
     deadline_margin_seconds: float = 10.0
     page_size: int = 500
     node_label_selector: str | None = None
@@ -967,9 +968,11 @@ class KubernetesScheduler:
         objs, _ = self._list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node},{ACTIVE_PODS}"})
         return objs
 
-    def _evict(self, namespace: str, name: str) -> tuple[bool, str]:
+    def _evict(self, namespace: str, name: str, grace: int | None = None) -> tuple[bool, str]:
         """Ask the Eviction subresource; (done, why-not). 429 (PDB) and 5xx are 'not now', not errors."""
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        body: dict = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        if grace is not None:
+            body["deleteOptions"] = {"gracePeriodSeconds": grace}
         try:
             code, payload = self.api.request("POST", self._pod_path(namespace, name) + "/eviction", body=body,
                                              ok=(429, 500, 503))
@@ -981,48 +984,48 @@ class KubernetesScheduler:
         why = "; ".join(c.get("message", "") for c in causes if isinstance(c, dict)) or payload.get("message", "")
         return False, f"HTTP {code}: {why}"
 
-    def drain(self, node: str, reason: str, deadline: float | None) -> None:
+    def _delete_pod(self, namespace: str, name: str, grace: int) -> bool:
+        """DELETE with a grace period; False when the pod was already gone."""
+        try:
+            self.api.request("DELETE", self._pod_path(namespace, name), params={"gracePeriodSeconds": str(grace)})
+            return True
+        except NotFoundError:
+            return False
+
+    def drain(self, node: str, reason: str, deadline: float | None, force: bool = False) -> DrainProgress:
+        """One drain round (see the module doc): cordon, evict once what is not leaving yet, and when
+        forced (or within the margin of a hard notice's deadline) delete what still stays; return
+        what is left, without waiting."""
         s = self.settings
         self.cordon(node, reason)
-        pods = [p for p in self._pods_on(node)]
-        remaining: dict[str, tuple[str, str]] = {}
-        for p in pods:
+        now = self.clock.now()
+        force = force or (deadline is not None and now >= deadline - s.deadline_margin_seconds)
+        grace = max(0, int(math.floor((deadline or now) - now)) - 1)  # what fits before the deadline
+        remaining = moved = 0
+        blocked: list[str] = []
+        forced: list[str] = []
+        for p in self._pods_on(node):
             v = digest(p, s)
             if v.daemonset or v.mirror or v.phase in DONE_PHASES:
                 continue  # DaemonSet and static pods stay (like kubectl drain --ignore-daemonsets)
-            remaining[v.key] = (v.namespace, v.name)
-        start = self.clock.now()
-        end = (deadline - s.deadline_margin_seconds) if deadline is not None else start + s.drain_timeout_seconds
-        blocked: dict[str, str] = {}
-        attempts = 0
-        while remaining:
-            attempts += 1
-            for key, (ns, name) in list(remaining.items()):
-                done, why = self._evict(ns, name)
+            remaining += 1
+            leaving_at = _ts((p.get("metadata") or {}).get("deletionTimestamp"))
+            if leaving_at and (not force or deadline is None or leaving_at <= deadline):
+                continue  # already terminating, and (when it matters) gone before the deadline
+            if not leaving_at:
+                # forced: still ask for an eviction first (it honours the budget where it can), with
+                # a grace period that ends before the deadline
+                done, why = self._evict(v.namespace, v.name, grace if force else None)
                 if done:
-                    remaining.pop(key)
-                    blocked.pop(key, None)
-                else:
-                    blocked[key] = why
-            if not remaining:
-                break
-            now = self.clock.now()
-            if now >= end:
-                break
-            log.info("kubernetes: drain %s: %d pod(s) not evictable yet (%s); retrying in %.1fs", node,
-                     len(remaining), next(iter(blocked.values()), ""), s.eviction_retry_seconds)
-            time.sleep(max(0.0, min(s.eviction_retry_seconds, end - now)))
-        if not remaining:
-            log.info("kubernetes: drained node %s (%d pod(s) evicted, %d round(s))", node, len(pods), attempts)
-            return
-        if deadline is None:
-            sample = ", ".join(sorted(remaining)[:5])
-            raise TemporaryError(f"Kubernetes: drain of {node}: {len(remaining)} pod(s) still not evictable after "
-                                 f"{s.drain_timeout_seconds:g}s ({sample}): {next(iter(blocked.values()), '')}")
-        for key, (ns, name) in sorted(remaining.items()):  # hard notice: the node goes away at the deadline
-            try:
-                self.api.request("DELETE", self._pod_path(ns, name))
-            except NotFoundError:
-                pass
-            log.warning("kubernetes: deleted pod %s on %s at the notice deadline (eviction blocked: %s)", key, node,
-                        blocked.get(key, "?"))
+                    moved += 1
+                    continue
+                if not force:
+                    blocked.append(f"{v.key}: {why}")
+                    continue
+            if self._delete_pod(v.namespace, v.name, grace):  # blocked, or terminating past the deadline
+                forced.append(v.key)
+                log.warning("kubernetes: deleted pod %s on %s (grace %ds) at the notice deadline", v.key, node, grace)
+        log.info("kubernetes: drain %s: %d pod(s) left, %d evicted, %d blocked, %d deleted", node, remaining, moved,
+                 len(blocked), len(forced))
+        return DrainProgress(scheduler="kubernetes", remaining=remaining, moved=moved, blocked=tuple(blocked),
+                             forced=tuple(forced))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .errors import RefusedError
 from .models import NodeState as S
+from .models import PoolSpec
 
 ALLOWED: dict[S, frozenset[S]] = {
     S.INTENDED: frozenset({S.BUILDING, S.ACTIVE, S.FAILED, S.DELETING, S.LOST}),
@@ -34,3 +35,27 @@ def check_transition(node_id: str, src: S, dst: S) -> None:
 def event_type(state: S) -> str:
     """CloudEvents ``type`` for a transition into ``state``."""
     return f"io.spotctl.node.{state.value}"
+
+
+def bound_schedulers(pool: PoolSpec) -> frozenset[str]:
+    """The schedulers a node of this pool is expected to join, by configuration: Slurm when the pool
+    names a partition (``[regions.R.pools.P.slurm] partition``), Kubernetes when it sets node labels
+    or taints (``[regions.R.pools.P.kubernetes]``). A scheduler that does not know a node of a pool
+    bound to it is a finding (a misnamed node, a node that never registered), not "nothing to do";
+    one that the pool is not bound to may not know it, by design."""
+    out = set()
+    if pool.slurm.partition is not None:
+        out.add("slurm")
+    if pool.kubernetes.labels or pool.kubernetes.taints:
+        out.add("kubernetes")
+    return frozenset(out)
+
+
+#: A draining node whose hard-notice deadline is this close gets its last, forced drain round (what
+#: still cannot move is deleted with the time left), then its capacity is returned.
+DEADLINE_NEAR_SECONDS = 30
+
+
+def forced_round(deadline: float | None, now: float) -> bool:
+    """Whether a drain round at ``now`` must force: a hard notice's deadline is near."""
+    return deadline is not None and deadline - now <= DEADLINE_NEAR_SECONDS

@@ -276,3 +276,33 @@ class NodeUsage:
     running: int
     cordoned: bool = False
     last_busy_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DrainProgress:
+    """What one drain round (cordon + one round of evictions or requeues) left on a node, as one
+    scheduler sees it. A drain is a state machine across passes: a round never waits, and the node is
+    empty only when its workloads are gone — not when their evictions were accepted.
+
+    ``remaining`` counts the workloads still on the node (terminating ones included); ``moved`` the
+    evictions or requeues accepted this round; ``blocked`` why some could not be moved now (a
+    PodDisruptionBudget, say); ``forced`` the workloads deleted because a hard notice's deadline left
+    no time to wait (each one is audited)."""
+
+    scheduler: str
+    remaining: int
+    moved: int = 0
+    blocked: tuple[str, ...] = ()
+    forced: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return self.remaining == 0
+
+    def to_dict(self) -> dict:
+        d: dict = {"remaining": self.remaining, "moved": self.moved, "empty": self.empty}
+        if self.blocked:
+            d["blocked"] = list(self.blocked)
+        if self.forced:
+            d["forced"] = list(self.forced)
+        return d

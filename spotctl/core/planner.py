@@ -25,6 +25,7 @@ from functools import cached_property
 from .budget import Bucket, Priority
 from .capacity import Calendar, PoolHeadroom, calendar_id
 from .config import Policy
+from .lifecycle import forced_round
 from .models import (
     Exclusion,
     KubernetesBinding,
@@ -448,13 +449,25 @@ def plan(inp: PlanInput) -> Plan:
                 gone_soon.add(n.id)
                 continue
         if n.state is NodeState.DRAINING:
+            # A drain is a state machine across passes: each pass runs one more round (evict what is
+            # left) until the node is empty; near a hard notice's deadline the last round is forced
+            # (what still cannot move is deleted with the time left), then the capacity is returned.
             gone_soon.add(n.id)
             overdue = n.drain_started is not None and now - n.drain_started >= policy.drain_seconds
-            deadline_near = notice is not None and notice.deadline is not None and notice.deadline - now <= 30
+            deadline = notice.deadline if notice is not None else None
+            deadline_near = forced_round(deadline, now)
+            pr = Priority.RECLAIM if notice is not None else Priority.CONSOLIDATION
+            if n.running and deadline_near:
+                add("drain", pr, f"notice {notice.id} deadline in {int(deadline - now)}s: last drain round, delete "
+                    f"the {n.running} workload(s) still there", node=n.id, pool=n.pool, deadline=deadline,
+                    inputs={"notice": notice.id, "running": n.running, "continue": True, "force": True})
+            elif n.running and not overdue:
+                add("drain", pr, f"drain continues: {n.running} workload(s) still on the node", node=n.id,
+                    pool=n.pool, deadline=deadline, inputs={"running": n.running, "continue": True,
+                                                           **({"notice": notice.id} if notice else {})})
             if n.running == 0 or overdue or deadline_near:
                 why = "drained and empty" if n.running == 0 else (
                     "drain time is up" if overdue else "notice deadline is near")
-                pr = Priority.RECLAIM if notice is not None else Priority.CONSOLIDATION
                 if tokens(pr, 1):
                     add("delete", pr, f"{why}: return the capacity", node=n.id, pool=n.pool)
             continue

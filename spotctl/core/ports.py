@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from .models import (
+    DrainProgress,
     Exclusion,
     HostCapacity,
     Instance,
@@ -126,8 +127,12 @@ class SchedulerPort(Protocol):
 
     def cordon(self, node: str, reason: str) -> None: ...
 
-    def drain(self, node: str, reason: str, deadline: float | None) -> None:
-        """Stop new work and move running work off the node (requeue / evict)."""
+    def drain(self, node: str, reason: str, deadline: float | None, force: bool = False) -> DrainProgress:
+        """One drain round, without waiting: stop new work (cordon) and ask once to move what runs
+        on the node (evict / requeue). With ``force`` (the planner's call: a hard notice's deadline is
+        near) delete what still cannot move, with a grace period that fits before ``deadline``.
+        Returns what is left; later rounds (later passes, the watcher) continue until the node is
+        empty. NotFoundError when this scheduler does not know the node."""
 
     def resume(self, node: str) -> None: ...
 

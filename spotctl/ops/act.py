@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from spotctl.core.budget import Priority
 from spotctl.core.errors import CapacityError, NotFoundError, SpotctlError, TemporaryError
-from spotctl.core.models import Node, NodeState
+from spotctl.core.lifecycle import bound_schedulers
+from spotctl.core.models import DrainProgress, Node, NodeState
 from spotctl.core.planner import Action
 
 from .runtime import Runtime
@@ -155,9 +156,21 @@ def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
     return True, ""
 
 
+def _from_row(a: dict, deadline: float | None) -> Action:
+    """An unfinished action, as recorded, to drive again."""
+    return Action(id=a["id"], kind=a["kind"], priority=Priority[a["priority"].upper()], reason=a["reason"],
+                  pool=a["pool"], node=a["node"], count=a["count"], deadline=deadline, inputs=a["inputs"])
+
+
 def resume(rt: Runtime) -> list[Outcome]:
-    """Finish what a killed pass left half done."""
-    outs = []
+    """Finish what a killed pass (or watcher) left half done, by checking the world, never by
+    assuming: an intended node's instance is looked up by its tag and adopted or created; a
+    deleting node's instance is deleted again (deletion is idempotent; it takes a token); an
+    unfinished drain, cordon or uncordon is driven again (each is idempotent) and records its
+    own outcome and audit record; an unfinished delete is done once its node's instance delete
+    was accepted."""
+    outs: list[Outcome] = []
+    deleted: set[str] = set()  # nodes whose instance delete was accepted now or earlier
     for node in rt.store.nodes(states=(NodeState.INTENDED, NodeState.DELETING)):
         if node.state is NodeState.INTENDED:
             pool = rt.region.pools.get(node.pool)
@@ -168,37 +181,98 @@ def resume(rt: Runtime) -> list[Outcome]:
                                 detail or "resumed an unfinished launch", pool=node.pool, node=node.id,
                                 count=1, done=int(ok), nodes=[node.id] if ok else []))
         elif node.state is NodeState.DELETING and node.instance_id:
+            if not rt.take_token(Priority.RECLAIM):
+                outs.append(Outcome(node.action_id, "delete", "skipped", "token budget exhausted", node=node.id))
+                continue
             try:
                 rt.cloud.delete_instance(node.instance_id)
+                deleted.add(node.id)
             except SpotctlError as e:
                 outs.append(Outcome(node.action_id, "delete", "failed", e.message, node=node.id))
-    for a in rt.store.actions(status="intended"):
-        if a["kind"] != "launch":
-            rt.store.finish_action(a["id"], "done", "completed by a later pass", rt.now())
+    for a in rt.store.actions(status="intended", limit=None):
+        kind, node = a["kind"], (rt.store.find_node(a["node"]) if a["node"] else None)
+        if kind == "launch":
+            # its nodes' action ids are "<id>.<i>": every string from "<id>." up to "<id>/"
+            span = (a["id"] + ".", a["id"] + "/")
+            left = rt.store.conn.execute("SELECT COUNT(*) FROM nodes WHERE action_id >= ? AND action_id < ? AND "
+                                         "state=?", (*span, NodeState.INTENDED.value)).fetchone()[0]
+            if left == 0:
+                made = rt.store.conn.execute("SELECT COUNT(*) FROM nodes WHERE action_id >= ? AND action_id < ? AND "
+                                             "instance_id IS NOT NULL", span).fetchone()[0]
+                status = "done" if made == (a["count"] or 0) else "partial"
+                rt.store.finish_action(a["id"], status, f"resumed: {made} of {a['count']} instance(s) exist", rt.now())
+            continue
+        if node is None:
+            rt.store.finish_action(a["id"], "failed", f"resumed: node {a['node']!r} is not in the store", rt.now())
+            continue
+        if kind in ("drain", "cordon", "uncordon"):
+            if not node.live:
+                rt.store.finish_action(a["id"], "skipped", f"resumed: node {node.id} is {node.state}", rt.now())
+                continue
+            outs.append(execute(rt, _from_row(a, node.notice_deadline), a["plan_id"]))
+        elif kind == "delete":
+            if node.state is NodeState.GONE or node.id in deleted or (node.state is NodeState.DELETING
+                                                                      and not node.instance_id):
+                with rt.store.tx():
+                    _audit(rt, _from_row(a, None), node.id, "ok", instance_id=node.instance_id, resumed=True)
+                rt.store.finish_action(a["id"], "done", f"resumed: instance delete accepted ({node.state})", rt.now())
+            elif node.state is not NodeState.DELETING:
+                outs.append(execute(rt, _from_row(a, node.notice_deadline), a["plan_id"]))
+            # a DELETING node whose delete failed above stays intended for the next pass
+        else:
+            rt.store.finish_action(a["id"], "failed", f"resumed: unknown action kind {kind!r}", rt.now())
     return outs
 
 
 # -- drain / cordon / uncordon ----------------------------------------------
 
 
-def _each_scheduler(rt: Runtime, fn, accepted: dict[str, float] | None = None) -> dict[str, str]:
-    """Call fn(scheduler) on every scheduler at once; return errors by scheduler.
+@dataclass
+class Fanout:
+    """What every scheduler said to one call about one node."""
 
-    ``accepted`` (if given) receives, per scheduler, the seconds from the call
-    to the scheduler accepting it — one notice drives every scheduler in parallel.
-    """
-    errors: dict[str, str] = {}
+    results: dict[str, object] = field(default_factory=dict)   # scheduler -> the call's return value
+    accepted: dict[str, float] = field(default_factory=dict)   # scheduler -> seconds until it accepted
+    errors: dict[str, str] = field(default_factory=dict)       # scheduler -> why it failed
+    unknown: list[str] = field(default_factory=list)           # schedulers that do not know the node
+    missing: list[str] = field(default_factory=list)           # ... of those, the ones the pool is bound to
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and not self.missing
+
+    def problems(self) -> str:
+        out = [f"{k}: {v}" for k, v in sorted(self.errors.items())]
+        out += [f"{k}: does not know the node (check the node name it uses)" for k in self.missing]
+        return "; ".join(out)
+
+    def evidence(self) -> dict:
+        d: dict = {"accepted_seconds": self.accepted}
+        if self.errors:
+            d["scheduler_errors"] = self.errors
+        if self.unknown:
+            d["unknown_to"] = self.unknown
+        if self.missing:
+            d["missing_in"] = self.missing
+        return d
+
+
+def _each_scheduler(rt: Runtime, node: Node, fn) -> Fanout:
+    """Call fn(scheduler) on every scheduler at once — one notice drives them in parallel — and say
+    which accepted (and how fast), which failed, and which do not know the node. A scheduler the
+    node's pool is bound to (:func:`~spotctl.core.lifecycle.bound_schedulers`) that does not know it
+    makes the call partial: a misnamed node must not pass for a drained one."""
+    fan = Fanout()
     t0 = time.monotonic()
 
     def call(s):
         try:
-            fn(s)
-            if accepted is not None:
-                accepted[s.name] = round(time.monotonic() - t0, 4)
+            fan.results[s.name] = fn(s)
+            fan.accepted[s.name] = round(time.monotonic() - t0, 4)
         except NotFoundError:
-            pass  # the scheduler does not know this node (yet): nothing to do there
+            fan.unknown.append(s.name)
         except SpotctlError as e:
-            errors[s.name] = e.message
+            fan.errors[s.name] = e.message
 
     if len(rt.schedulers) > 1 and rt.concurrent_observe:
         with ThreadPoolExecutor(max_workers=len(rt.schedulers)) as ex:
@@ -206,7 +280,11 @@ def _each_scheduler(rt: Runtime, fn, accepted: dict[str, float] | None = None) -
     else:
         for s in rt.schedulers:
             call(s)
-    return errors
+    pool = rt.region.pools.get(node.pool)
+    bound = bound_schedulers(pool) if pool is not None else frozenset()
+    fan.unknown.sort()
+    fan.missing = [name for name in fan.unknown if name in bound]
+    return fan
 
 
 def _node_for(rt: Runtime, action: Action) -> Node:
@@ -214,56 +292,66 @@ def _node_for(rt: Runtime, action: Action) -> Node:
 
 
 def _drain(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
+    """One drain round (a state machine across passes: see SchedulerPort.drain). The first round
+    moves the node to draining; later rounds (``inputs.continue``) evict what is left; a round the
+    planner forces (a hard notice's deadline is near) deletes what still cannot move. "ok" means
+    every scheduler the node's pool is bound to took the round; ``empty`` says whether the node is."""
     node = _node_for(rt, action)
     _intent(rt, action, plan_id)
-    if node.state is NodeState.DRAINING:
-        rt.store.finish_action(action.id, "done", "already draining", rt.now())
-        return Outcome(action.id, "drain", "ok", "already draining", pool=node.pool, node=node.id)
-    accepted: dict[str, float] = {}
-    errors = _each_scheduler(rt, lambda s: s.drain(node.id, action.reason, action.deadline), accepted)
+    first = node.state is not NodeState.DRAINING
+    force = bool(action.inputs.get("force"))
+    fan = _each_scheduler(rt, node, lambda s: s.drain(node.id, action.reason, action.deadline, force=force))
+    progress = {k: v for k, v in fan.results.items() if isinstance(v, DrainProgress)}
+    empty = fan.ok and all(p.empty for p in progress.values())
+    forced = {k: list(p.forced) for k, p in progress.items() if p.forced}
     now = rt.now()
+    evidence = {**fan.evidence(), "drain": {k: p.to_dict() for k, p in sorted(progress.items())}, "empty": empty,
+                "deadline_in_seconds": None if action.deadline is None else round(action.deadline - now, 3)}
+    result = "ok" if fan.ok else "partial"
     with rt.store.tx():
-        rt.store.transition(node, NodeState.DRAINING, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
-        if node.notice_id:
-            rt.store.notice_handled(node.notice_id, now)
-        elif action.inputs.get("notice"):
-            rt.store.notice_handled(action.inputs["notice"], now)
-        _audit(rt, action, node.id, "ok" if not errors else "partial", scheduler_errors=errors,
-               drain_accepted_seconds=accepted,
-               deadline_in_seconds=None if action.deadline is None else round(action.deadline - now, 3))
-    status = "ok" if not errors else "partial"
-    rt.store.finish_action(action.id, "done" if not errors else "partial", "; ".join(f"{k}: {v}" for k, v in errors.items()) or "ok", now)
-    rt.progress(f"drain {node.id}: {status}")
-    return Outcome(action.id, "drain", status, "; ".join(errors.values()), pool=node.pool, node=node.id,
-                   data={"accepted_seconds": accepted})
+        if first:
+            rt.store.transition(node, NodeState.DRAINING, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
+            if node.notice_id:
+                rt.store.notice_handled(node.notice_id, now)
+            elif action.inputs.get("notice"):
+                rt.store.notice_handled(action.inputs["notice"], now)
+        # every first round is audited; a later round when it changed something worth a record
+        if first or forced or empty or not fan.ok:
+            _audit(rt, action, node.id, result, round="first" if first else "continue", forced=forced, **evidence)
+    left = sum(p.remaining for p in progress.values())
+    detail = fan.problems() or (f"{'empty' if empty else f'{left} workload(s) left'}"
+                                + (f"; {sum(len(v) for v in forced.values())} deleted at the deadline" if forced else ""))
+    rt.store.finish_action(action.id, "done" if fan.ok else "partial", detail, now)
+    rt.progress(f"drain {node.id}: {result} ({detail})")
+    return Outcome(action.id, "drain", result, fan.problems(), pool=node.pool, node=node.id, data=evidence)
 
 
 def _cordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     node = _node_for(rt, action)
     _intent(rt, action, plan_id)
-    errors = _each_scheduler(rt, lambda s: s.cordon(node.id, action.reason))
+    fan = _each_scheduler(rt, node, lambda s: s.cordon(node.id, action.reason))
     now = rt.now()
+    result = "ok" if fan.ok else "partial"
     with rt.store.tx():
         if node.state is NodeState.ACTIVE:
             rt.store.transition(node, NodeState.ADVISED, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
-        _audit(rt, action, node.id, "ok" if not errors else "partial", scheduler_errors=errors)
-    rt.store.finish_action(action.id, "done", "ok", now)
-    return Outcome(action.id, "cordon", "ok" if not errors else "partial", "; ".join(errors.values()),
-                   pool=node.pool, node=node.id)
+        _audit(rt, action, node.id, result, **fan.evidence())
+    rt.store.finish_action(action.id, "done" if fan.ok else "partial", fan.problems() or "ok", now)
+    return Outcome(action.id, "cordon", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())
 
 
 def _uncordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     node = _node_for(rt, action)
     _intent(rt, action, plan_id)
-    errors = _each_scheduler(rt, lambda s: s.resume(node.id))
+    fan = _each_scheduler(rt, node, lambda s: s.resume(node.id))
     now = rt.now()
+    result = "ok" if fan.ok else "partial"
     with rt.store.tx():
         if node.state is NodeState.ADVISED:
             rt.store.transition(node, NodeState.ACTIVE, reason=action.reason, at=now, actor=rt.actor, cordoned=False)
-        _audit(rt, action, node.id, "ok" if not errors else "partial", scheduler_errors=errors)
-    rt.store.finish_action(action.id, "done", "ok", now)
-    return Outcome(action.id, "uncordon", "ok" if not errors else "partial", "; ".join(errors.values()),
-                   pool=node.pool, node=node.id)
+        _audit(rt, action, node.id, result, **fan.evidence())
+    rt.store.finish_action(action.id, "done" if fan.ok else "partial", fan.problems() or "ok", now)
+    return Outcome(action.id, "uncordon", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())
 
 
 # -- delete ------------------------------------------------------------------
@@ -283,11 +371,18 @@ def _delete(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
         else:
             rt.store.transition(node, NodeState.DELETING, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
         _audit(rt, action, node.id, "intended")
-    if node.instance_id is not None:
-        rt.cloud.delete_instance(node.instance_id)
-        _each_scheduler(rt, lambda s: s.forget(node.id, action.reason))
+    if node.instance_id is None:
         with rt.store.tx():
-            _audit(rt, action, node.id, "ok", instance_id=node.instance_id)
-    rt.store.finish_action(action.id, "done", "ok", rt.now())
-    rt.progress(f"delete {node.id}: ok")
-    return Outcome(action.id, "delete", "ok", pool=node.pool, node=node.id)
+            _audit(rt, action, node.id, "ok", never_created=True)
+        rt.store.finish_action(action.id, "done", "never created", rt.now())
+        return Outcome(action.id, "delete", "ok", "never created", pool=node.pool, node=node.id)
+    rt.cloud.delete_instance(node.instance_id)  # raises: the action fails, the node stays deleting (resumed)
+    fan = _each_scheduler(rt, node, lambda s: s.forget(node.id, action.reason))
+    result = "ok" if fan.ok else "partial"
+    with rt.store.tx():
+        _audit(rt, action, node.id, result, instance_id=node.instance_id, instance_delete="accepted",
+               **fan.evidence())
+    rt.store.finish_action(action.id, "done" if fan.ok else "partial", fan.problems() or "instance delete accepted",
+                           rt.now())
+    rt.progress(f"delete {node.id}: {result}")
+    return Outcome(action.id, "delete", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())

@@ -17,6 +17,7 @@ import time
 
 from spotctl.core.budget import Priority
 from spotctl.core.errors import ConfigError, RefusedError, SpotctlError
+from spotctl.core.lifecycle import forced_round
 from spotctl.core.models import NodeState, Notice, NoticeKind
 from spotctl.core.planner import Action
 
@@ -90,6 +91,31 @@ def handle(rt: Runtime, notice: Notice, received_at: float, stop: threading.Even
     return out
 
 
+def continue_drains(rt: Runtime) -> list[Outcome]:
+    """One more drain round on every node draining for a hard notice (evict what is left; near the
+    deadline, the forced last round), between notice batches, so the fast path keeps emptying nodes
+    between timer passes. Never waits: when a pass holds the region lock, that pass does it."""
+    now = rt.now()
+    nodes = [n for n in rt.store.nodes(states=(NodeState.DRAINING,))
+             if n.notice_deadline is not None and n.notice_deadline > now]
+    if not nodes or not rt.store.try_lock():
+        return []
+    outs = []
+    try:
+        for n in nodes:
+            force = forced_round(n.notice_deadline, now)
+            action = Action(id="wc-" + hashlib.sha1(f"{n.id}|{now:.3f}".encode()).hexdigest()[:12], kind="drain",
+                            priority=Priority.RECLAIM, reason=f"drain continues (notice {n.notice_id}), by the watcher"
+                            + ("; last round before the deadline" if force else ""), pool=n.pool, node=n.id,
+                            deadline=n.notice_deadline,
+                            inputs={"notice": n.notice_id, "continue": True, "source": "watcher",
+                                    **({"force": True} if force else {})})
+            outs.append(execute(rt, action, None))
+    finally:
+        rt.store.unlock()
+    return outs
+
+
 def watch(rt: Runtime, *, stop: threading.Event, wait: float = 20.0, max_batches: int | None = None,
           on_event=None) -> dict:
     """Long-poll and handle notices until ``stop`` is set. Returns counters."""
@@ -124,6 +150,11 @@ def watch(rt: Runtime, *, stop: threading.Event, wait: float = 20.0, max_batches
         if nxt != cursor:
             cursor = nxt
             rt.store.set_value(CURSOR_KEY, cursor, received)
+        try:
+            stats["drain_rounds"] = stats.get("drain_rounds", 0) + len(continue_drains(rt))
+        except SpotctlError as e:
+            stats["errors"] += 1
+            log.warning("continuing drains: %s", e.message)
         stats["cursor"] = cursor
         stats["batches"] += 1
         if max_batches is not None and stats["batches"] >= max_batches:

@@ -15,7 +15,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from spotctl.core.errors import NotFoundError
-from spotctl.core.models import Exclusion, NodeUsage, PoolSpec, Scheduler, Shape, WorkUnit
+from spotctl.core.models import DrainProgress, Exclusion, NodeUsage, PoolSpec, Scheduler, Shape, WorkUnit
 
 from .rng import mix, stable_int
 from .workload import BEGIN, DEPENDENCY, Arrival
@@ -416,14 +416,17 @@ class Cluster:
         node.cordoned |= 1 << s
         self.version += 1
 
-    def drain(self, s: int, name: str, reason: str, deadline: float | None) -> None:
+    def drain(self, s: int, name: str, reason: str, deadline: float | None) -> DrainProgress:
         node = self._get(s, name)
         node.cordoned |= 1 << s
         if node.times[s] is None:
             node.times[s] = self.w.now
-        for run in sorted((r for r in node.runs if r.s == s), key=lambda r: r.unit.id):
-            self._interrupt(run, lost=False)
+        runs = sorted((r for r in node.runs if r.s == s), key=lambda r: r.unit.id)
+        for run in runs:
+            self._interrupt(run, lost=False)  # the simulated work leaves at once (requeued, not lost)
         self.version += 1
+        left = sum(1 for r in node.runs if r.s == s)
+        return DrainProgress(scheduler=SCHEDULERS[s].value, remaining=left, moved=len(runs))
 
     def resume(self, s: int, name: str) -> None:
         node = self._get(s, name)
@@ -574,9 +577,10 @@ class SimScheduler:
         self._w.cluster.cordon(self._s, node, reason)
         self._w.changed()
 
-    def drain(self, node: str, reason: str, deadline: float | None) -> None:
-        self._w.cluster.drain(self._s, node, reason, deadline)
+    def drain(self, node: str, reason: str, deadline: float | None, force: bool = False) -> DrainProgress:
+        out = self._w.cluster.drain(self._s, node, reason, deadline)
         self._w.changed()
+        return out
 
     def resume(self, node: str) -> None:
         self._w.cluster.resume(self._s, node)

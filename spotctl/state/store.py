@@ -449,13 +449,15 @@ class Store:
         with self.tx() as c:
             c.execute("UPDATE actions SET status=?, result=?, updated_at=? WHERE id=?", (status, result, at, action_id))
 
-    def actions(self, status: str | None = None, limit: int = 200) -> list[dict]:
+    def actions(self, status: str | None = None, limit: int | None = 200) -> list[dict]:
+        """Actions, newest first; ``limit=None`` for all of them."""
         sql = "SELECT * FROM actions"
         args: list = []
         if status:
             sql += " WHERE status=?"
             args.append(status)
-        rows = self.conn.execute(sql + " ORDER BY created_at DESC, id DESC LIMIT ?", args + [limit])
+        args.append(-1 if limit is None else limit)
+        rows = self.conn.execute(sql + " ORDER BY created_at DESC, id DESC LIMIT ?", args)
         out = []
         for r in rows:
             d = dict(r)

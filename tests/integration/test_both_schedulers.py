@@ -133,11 +133,15 @@ def test_one_notice_drains_the_node_in_both_schedulers_at_once(lab, tmp_path):
         # Kubernetes: cordoned (unschedulable + taint) and the pod evicted
         node = http.get(f"{k_env['K8S_URL']}/api/v1/nodes/{NODE}", timeout=10).json()
         assert node["spec"].get("unschedulable") is True
+        # evicted, not gone: like a real API server, the pod stays Terminating for its grace period
         pods = http.get(f"{k_env['K8S_URL']}/api/v1/namespaces/{ns}/pods", timeout=10).json()["items"]
-        assert [p for p in pods if p["spec"].get("nodeName") == NODE] == []
+        ours = [p for p in pods if p["spec"].get("nodeName") == NODE]
+        assert len(ours) == 1 and ours[0]["metadata"].get("deletionTimestamp")
         assert rt.store.node(NODE).state is NodeState.DRAINING
         drain = rt.store.audit_query(action="node.drain")[-1]
-        assert set(drain["inputs"]["drain_accepted_seconds"]) == {"kubernetes", "slurm"}
+        assert set(drain["inputs"]["accepted_seconds"]) == {"kubernetes", "slurm"}
+        assert drain["result"] == "ok" and drain["inputs"]["empty"] is False  # accepted is not empty
+        assert drain["inputs"]["drain"]["kubernetes"]["moved"] == 1
     finally:
         teardown(rt, s_env, job)
         http.delete(f"{k_env['K8S_URL']}/api/v1/nodes/{NODE}", timeout=10)

@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,7 @@ class K8s:
 
     def adapter(self, token: str | None = None, url: str | None = None, **settings) -> KubernetesScheduler:
         conn = Connection(server=url or self.url, token=token or self.env["K8S_TOKEN"], source="test")
-        opts = {"timeout_seconds": 5, "eviction_retry_seconds": 0.3, "watch_idle_seconds": 0.3, **settings}
+        opts = {"timeout_seconds": 5, "watch_idle_seconds": 0.3, **settings}
         return KubernetesScheduler(Api(conn, timeout=opts["timeout_seconds"]), Settings(**opts))
 
 
@@ -303,60 +304,78 @@ def _node(k8s: K8s, name: str) -> dict:
     return r.json()
 
 
+READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+GRACE = 2  # terminationGracePeriodSeconds of the scene's pods: evicted pods linger this long
+
+
 def _scene(k8s: K8s, node: str) -> str:
-    """A spot node with two web pods under a PDB (minAvailable 1), a batch pod and a DaemonSet pod."""
+    """A spot node with two Ready web pods under a PDB (minAvailable 1), a batch pod and a DaemonSet pod."""
     a = "t-" + uuid.uuid4().hex[:8]
     k8s.node(node, {"spotctl.io/pool": "vm-spot"})
-    running = {"phase": "Running"}
-    k8s.pod(a, "web-1", node=node, status=running, labels={"app": "web"})
-    k8s.pod(a, "web-2", node=node, status=running, labels={"app": "web"})
-    k8s.pod(a, "batch", node=node, status=running, cpu="2", memory="2Gi")
+    k8s.pod(a, "web-1", node=node, status=READY, labels={"app": "web"}, terminationGracePeriodSeconds=GRACE)
+    k8s.pod(a, "web-2", node=node, status=READY, labels={"app": "web"}, terminationGracePeriodSeconds=GRACE)
+    k8s.pod(a, "batch", node=node, status=READY, cpu="2", memory="2Gi", terminationGracePeriodSeconds=GRACE)
     ds = k8s.post(f"/api/v1/namespaces/{a}/pods", {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "agent", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
                                                            "name": "agent", "uid": str(uuid.uuid4()),
                                                            "controller": True}]},
-        "spec": {"nodeName": node, "containers": [{"name": "a", "image": "agent:1"}]}, "status": running})
+        "spec": {"nodeName": node, "containers": [{"name": "a", "image": "agent:1"}]}, "status": READY})
     assert ds["metadata"]["name"] == "agent"
     k8s.pdb(a, "web", app="web", min_available=1)
     return a
 
 
-def test_cordon_and_drain_retry_pdb_429_until_the_eviction_is_accepted(k8s):
+def _pods(k8s: K8s, ns: str) -> dict[str, dict]:
+    return {p["metadata"]["name"]: p for p in k8s.get(f"/api/v1/namespaces/{ns}/pods").json()["items"]}
+
+
+def _until(pred, what: str, timeout: float = 15.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_drain_round_never_waits_and_the_node_is_empty_only_when_its_pods_are_gone(k8s):
     node = "spot-" + uuid.uuid4().hex[:6]
     a = _scene(k8s, node)
-    sched = k8s.adapter(drain_timeout_seconds=20)
+    sched = k8s.adapter()
     usage = {u.node: u for u in sched.usage()}
     assert usage[node].running == 3 and not usage[node].cordoned
     assert (usage[node].used.vcpu, usage[node].used.ram_mb) == (5, 4096)  # 1.5 + 1.5 + 2 cores, rounded once
 
-    def lift_pdb():
-        time.sleep(1.5)
-        assert k8s.http.delete(f"{k8s.url}/apis/policy/v1/namespaces/{a}/poddisruptionbudgets/web",
-                               timeout=5).status_code == 200
-
-    lifter = threading.Thread(target=lift_pdb)
-    lifter.start()
-    t0 = time.monotonic()
-    sched.drain(node, "notice n-1: reclaim", None)
-    took = time.monotonic() - t0
-    lifter.join()
-    assert 1.4 <= took < 10
-
+    # round 1: cordon, one eviction each; the second web pod meets the PDB (one web pod must stay Ready)
+    p1 = sched.drain(node, "notice n-1: reclaim", None)
+    assert (p1.remaining, p1.moved, len(p1.blocked), p1.forced) == (3, 2, 1, ())
+    assert "429" in p1.blocked[0] and "disruption budget" in p1.blocked[0]
     n = _node(k8s, node)
     assert n["spec"]["unschedulable"] is True
     assert {"key": "spotctl.io/reclaim", "effect": "NoSchedule"} in n["spec"]["taints"]
     assert n["metadata"]["annotations"]["spotctl.io/cordon-reason"] == "notice n-1: reclaim"
-    left = {p["metadata"]["name"] for p in k8s.get(f"/api/v1/namespaces/{a}/pods").json()["items"]}
-    assert left == {"agent"}  # DaemonSet pods stay, like kubectl drain --ignore-daemonsets
-    evictions = [e for e in k8s.stats()["evictions"] if e["pod"].startswith(a + "/")]
-    results: dict[str, list[str]] = {}
-    for e in evictions:
-        results.setdefault(e["pod"].split("/")[1], []).append(e["result"])
-    blocked = next(p for p, r in results.items() if "429" in r)  # whichever went second met the PDB
-    assert results[blocked][-1] == "evicted" and results[blocked].count("429") >= 2
-    assert all(r[-1] == "evicted" for r in results.values()) and "agent" not in results
-    assert {u.node: u for u in sched.usage()}[node].cordoned is True
+    pods = _pods(k8s, a)
+    terminating = {k for k, p in pods.items() if p["metadata"].get("deletionTimestamp")}
+    assert len(terminating) == 2 and "agent" not in terminating  # evicted pods linger, Terminating
+    assert {u.node: u for u in sched.usage()}[node].running == 3  # accepted is not gone
+
+    # round 2 at once: nothing new to evict (terminating pods are left to their grace period)
+    p2 = sched.drain(node, "notice n-1: reclaim", None)
+    assert (p2.remaining, p2.moved, len(p2.blocked)) == (3, 0, 1)
+
+    # the grace period runs out: the evicted pods are gone; the web controller's replacement becomes Ready
+    # elsewhere, which frees the PDB for the last web pod
+    _until(lambda: set(_pods(k8s, a)) == {"agent", next(iter({"web-1", "web-2"} - terminating))},
+           "the evicted pods to go")
+    k8s.pod(a, "web-3", node="elsewhere-" + node, status=READY, labels={"app": "web"})
+    p3 = sched.drain(node, "notice n-1: reclaim", None)
+    assert (p3.remaining, p3.moved, p3.blocked) == (1, 1, ())
+    _until(lambda: sched.drain(node, "notice n-1: reclaim", None).empty, "the node to be empty")
+    assert set(_pods(k8s, a)) == {"agent", "web-3"}  # DaemonSet pods stay, like kubectl drain --ignore-daemonsets
+    assert {u.node: u for u in sched.usage()}[node].running == 0
+    assert not [d for d in k8s.stats()["deletes"] if d.startswith(f"pods/{a}/")]  # evicted, never deleted
 
     sched.resume(node)
     n = _node(k8s, node)
@@ -364,30 +383,41 @@ def test_cordon_and_drain_retry_pdb_429_until_the_eviction_is_accepted(k8s):
     assert "spotctl.io/cordon-reason" not in (n["metadata"].get("annotations") or {})
 
 
-def test_hard_notice_deletes_pods_still_blocked_at_the_deadline(k8s):
+def test_a_forced_round_deletes_what_the_pdb_holds_with_a_grace_period_that_fits_the_deadline(k8s):
     node = "spot-" + uuid.uuid4().hex[:6]
     a = _scene(k8s, node)
-    sched = k8s.adapter(deadline_margin_seconds=0.5)
-    t0 = time.monotonic()
-    sched.drain(node, "hard notice", time.time() + 2.0)
-    took = time.monotonic() - t0
-    assert 1.2 <= took < 5
-    left = {p["metadata"]["name"] for p in k8s.get(f"/api/v1/namespaces/{a}/pods").json()["items"]}
-    assert left == {"agent"}
-    st = k8s.stats()
-    assert any(d.startswith(f"pods/{a}/web-") for d in st["deletes"])  # the PDB-blocked one, deleted
-    assert sum(1 for e in st["evictions"] if e["result"] == "429" and e["pod"].startswith(a + "/")) >= 2
+    sched = k8s.adapter()
+    sched.drain(node, "hard notice", None)  # web-? and batch evicted (terminating), one web pod blocked
+    deadline = time.time() + 6.0
+    p = sched.drain(node, "hard notice", deadline, force=True)
+    assert len(p.forced) == 1 and p.forced[0].startswith(f"{a}/web-")
+    pods = _pods(k8s, a)
+    for name, pod in pods.items():
+        if name == "agent":
+            continue
+        gone_at = pod["metadata"].get("deletionTimestamp")
+        assert gone_at, f"{name} is not leaving"
+        assert datetime.fromisoformat(gone_at.replace("Z", "+00:00")).timestamp() <= deadline + 1
+    _until(lambda: set(_pods(k8s, a)) == {"agent"}, "every pod but the DaemonSet's to go", timeout=10)
+    assert sched.drain(node, "hard notice", deadline, force=True).empty
 
 
-def test_drain_without_deadline_reports_pods_it_could_not_evict(k8s):
+def test_within_the_deadline_margin_a_round_forces_itself(k8s):
     node = "spot-" + uuid.uuid4().hex[:6]
     a = _scene(k8s, node)
-    sched = k8s.adapter(drain_timeout_seconds=1.0)
-    with pytest.raises(TemporaryError, match="still not evictable"):
-        sched.drain(node, "advisory", None)
-    left = {p["metadata"]["name"] for p in k8s.get(f"/api/v1/namespaces/{a}/pods").json()["items"]}
-    assert len(left) == 2 and "agent" in left  # nothing deleted without a hard deadline
-    assert not [d for d in k8s.stats()["deletes"] if d.startswith(f"pods/{a}/")]
+    sched = k8s.adapter(deadline_margin_seconds=30)
+    p = sched.drain(node, "hard notice", time.time() + 5.0)
+    assert p.moved == 2 and len(p.forced) == 1  # evicted what it could, deleted what the PDB held
+    assert any(d.startswith(f"pods/{a}/web-") for d in k8s.stats()["deletes"])
+
+
+def test_drain_without_deadline_deletes_nothing_and_reports_what_it_could_not_evict(k8s):
+    node = "spot-" + uuid.uuid4().hex[:6]
+    a = _scene(k8s, node)
+    sched = k8s.adapter()
+    p = sched.drain(node, "advisory", None)
+    assert p.remaining == 3 and len(p.blocked) == 1 and not p.forced and not p.empty
+    assert not [d for d in k8s.stats()["deletes"] if d.startswith(f"pods/{a}/")]  # nothing deleted without a deadline
 
 
 def test_resume_leaves_a_node_cordoned_by_someone_else_cordoned(k8s):

@@ -170,7 +170,32 @@ def test_advisories_get_a_graduated_response_without_thrash(make_rt):
     drained = {t["node_id"] for t in transitions if t["to_state"] == "draining" and "advisory" in t["reason"]}
     for node_id in drained:
         states = [t["to_state"] for t in transitions if t["node_id"] == node_id]
-        assert states.index("draining") < len(states) and "active" not in states[states.index("draining"):]
+        rest = states[states.index("draining") + 1:]
+        assert "active" not in rest and (rest == [] or rest[0] in ("deleting", "gone", "lost")), states
+    assert any("deleting" in [t["to_state"] for t in transitions if t["node_id"] == n] for n in drained)
     # calendar reclaims were announced as lifecycle events before the hard notice could come
     events = [e for e in rt.store.outbox_rows("event") if '"to":"advised"' in e["payload"]]
     assert any("reservation" in e["payload"] or "calendar" in e["payload"] for e in events)
+
+
+def test_a_drain_killed_after_its_intent_is_driven_again_by_the_next_pass(make_rt):
+    """Seen in the crash harness: a drain whose process died between its intent and its effect was
+    marked done by the next pass without an audit record, the node left active. Resume must check
+    the world and drive the drain again, with its own audit record."""
+    from spotctl.core.budget import Priority
+
+    rt, world = make_rt()
+    advance(rt, world, 900, step=60)
+    node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
+    rt.store.record_intent(action_id="killed-drain", plan_id=None, kind="drain", priority=Priority.OPERATOR,
+                           reason="operator drain (killed)", actor="tester", at=rt.clock.now(), inputs={},
+                           pool=node.pool, node=node.id)
+    audits_before = len(rt.store.audit_query(action="node.drain"))
+    run_pass(rt)
+    row = next(a for a in rt.store.actions(limit=None) if a["id"] == "killed-drain")
+    assert row["status"] in ("done", "partial") and "completed by a later pass" not in (row["result"] or "")
+    assert rt.store.find_node(node.id).state in (NodeState.DRAINING, NodeState.DELETING, NodeState.GONE)
+    recs = rt.store.audit_query(action="node.drain")
+    mine = [r for r in recs[audits_before:] if r["target"] == node.id]
+    assert mine and mine[0]["inputs"]["action_id"] == "killed-drain" and mine[0]["result"] == "ok"
+    assert rt.store.actions(status="intended", limit=None) == []

@@ -97,6 +97,35 @@ def test_hard_notice_drains_first_and_advisory_cordons():
     assert launches(p) >= 1
 
 
+def _draining(i, *, updated_at=NOW - 20):
+    n = node(i, state=NodeState.DRAINING)
+    n.updated_at = updated_at
+    return n
+
+
+def test_a_drain_continues_pass_after_pass_until_the_node_is_empty():
+    """A drain is a state machine: while work is left on a draining node, each pass runs one more
+    round; once it is empty, the capacity is returned."""
+    n1 = _draining(1)
+    busy = [NodeUsage(node="n1", scheduler=Scheduler.KUBERNETES, used=Shape(2, 4096), running=2, last_busy_at=NOW)]
+    notice = Notice(id="hn", instance_id="i1", kind=NoticeKind.HARD, issued_at=NOW - 20, deadline=NOW + 100)
+    p = plan(plan_input([pool()], hosts("p1", 1), [], nodes=[n1], usage=busy, notices=[notice]))
+    acts = [(a.kind, a.node, a.inputs.get("continue"), a.inputs.get("force")) for a in p.actions]
+    assert acts == [("drain", "n1", True, None)]
+    assert p.actions[0].deadline == NOW + 100
+    empty = plan(plan_input([pool()], hosts("p1", 1), [], nodes=[n1], usage=[], notices=[notice]))
+    assert [(a.kind, a.node) for a in empty.actions] == [("delete", "n1")]
+
+
+def test_near_a_hard_deadline_the_last_round_is_forced_then_the_capacity_returned():
+    n1 = _draining(1)
+    busy = [NodeUsage(node="n1", scheduler=Scheduler.KUBERNETES, used=Shape(2, 4096), running=1, last_busy_at=NOW)]
+    notice = Notice(id="hn", instance_id="i1", kind=NoticeKind.HARD, issued_at=NOW - 100, deadline=NOW + 20)
+    p = plan(plan_input([pool()], hosts("p1", 1), [], nodes=[n1], usage=busy, notices=[notice]))
+    acts = [(a.kind, a.node, a.inputs.get("force")) for a in p.actions]
+    assert acts == [("drain", "n1", True), ("delete", "n1", None)]  # forced round first, in order
+
+
 def test_idle_nodes_scale_down_within_disruption_budget():
     nodes = [node(i, idle_since=NOW - 3600) for i in range(10)]
     pol = Policy(idle_ttl_seconds=600, disruption_budget_pct=20)

@@ -26,6 +26,15 @@ path contains S abruptly after N events), ``POST fail`` ``{"status": 503, "count
 evictions, deletes, schema failures, watches). ``match`` lets concurrent test runs, each in its
 own namespace, leave each other alone.
 
+Deleting a pod is **graceful**, as on a real cluster: a pod bound to a node (``spec.nodeName``) gets
+``metadata.deletionTimestamp`` (now + its grace period: ``gracePeriodSeconds`` of the DELETE or of
+the Eviction's ``deleteOptions``, else ``spec.terminationGracePeriodSeconds``, default 30) and stays
+listed as *Terminating* until then, when the server removes it (standing in for the kubelet); a
+second DELETE may shorten the grace period, never lengthen it; grace 0, or an unbound pod, is
+removed at once. A PodDisruptionBudget's allowance counts **Ready** pods (condition ``Ready=True``,
+not terminating) like the disruption controller; evicting a pod that is already terminating,
+pending or finished ignores the budget.
+
 Pods created through the API keep the ``status`` they are given (the real server would drop it
 and let the scheduler set it): tests describe unschedulable pods that way, or PATCH pods/status.
 
@@ -287,6 +296,7 @@ class Store:
         self.objs: dict[str, dict] = {r: {} for r in RESOURCES}
         self.events: list[tuple[int, str, str, dict, dict | None]] = []  # (rv, resource, type, obj, old)
         self.history = history
+        self.terminating: dict[tuple[str, str], float] = {}  # pod (ns, name) -> when it goes
 
     def _bump(self) -> str:
         self.rv += 1
@@ -358,6 +368,42 @@ class Store:
             self._emit(resource, "DELETED", o)
             return copy.deepcopy(o)
 
+    def delete_pod(self, ns, name, grace: int | None):
+        """Graceful pod deletion (see the module doc): returns the pod as it is now."""
+        with self.cv:
+            o = self.objs["pods"].get((ns, name))
+            if o is None:
+                raise HttpError(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+            if grace is None:
+                grace = (o.get("spec") or {}).get("terminationGracePeriodSeconds")
+                grace = 30 if grace is None else int(grace)
+            grace = max(0, int(grace))
+            md = o["metadata"]
+            if grace == 0 or not (o.get("spec") or {}).get("nodeName") \
+                    or (o.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return self.delete("pods", ns, name)
+            due = time.time() + grace
+            if md.get("deletionTimestamp") and _parse_ts(md["deletionTimestamp"]) <= due:
+                return copy.deepcopy(o)  # already terminating sooner than that
+            def mark(obj):
+                obj["metadata"]["deletionTimestamp"] = datetime.fromtimestamp(due, timezone.utc).strftime(
+                    "%Y-%m-%dT%H:%M:%SZ")
+                obj["metadata"]["deletionGracePeriodSeconds"] = grace
+                return obj
+            out = self.update("pods", ns, name, mark)
+            self.terminating[(ns, name)] = due
+            return out
+
+    def reap(self) -> None:
+        """Remove the terminating pods whose grace period is over (the kubelet's confirmation)."""
+        now = time.time()
+        with self.cv:
+            for key, due in sorted(self.terminating.items()):
+                if due <= now:
+                    self.terminating.pop(key, None)
+                    if key in self.objs["pods"]:
+                        self.delete("pods", *key)
+
     def items(self, resource, ns=None):
         with self.cv:
             return [copy.deepcopy(o) for (ons, _), o in sorted(self.objs[resource].items(), key=lambda kv: kv[0])
@@ -365,6 +411,7 @@ class Store:
 
     def reset(self):
         with self.cv:
+            self.terminating.clear()
             for resource, objs in self.objs.items():
                 for key in sorted(objs):
                     o = objs.pop(key)
@@ -722,6 +769,8 @@ class Handler(BaseHTTPRequestHandler):
                 self._check_request(body, "DeleteOptions", "v1")
             with self.controls.lock:
                 self.controls.stats["deletes"].append(f"{res}/{ns + '/' if ns else ''}{name}")
+            if res == "pods":
+                return self._send(200, self.store.delete_pod(ns, name, _grace(q, body)))
             return self._send(200, self.store.delete(res, ns, name))
         if verb == "PATCH":
             return self._patch(res, ns, name, body)
@@ -782,13 +831,16 @@ class Handler(BaseHTTPRequestHandler):
             if len(pdbs) > 1:
                 raise HttpError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
                                 "eviction subresource does not support.")
-            if pdbs and pod["status"].get("phase") == "Running" and _allowed(self.store, pdbs[0], ns) <= 0:
+            ignore_pdb = bool(pod["metadata"].get("deletionTimestamp")) or \
+                (pod.get("status") or {}).get("phase") in ("Pending", "Succeeded", "Failed")
+            if pdbs and not ignore_pdb and _allowed(self.store, pdbs[0], ns) <= 0:
                 pdb = pdbs[0]["metadata"]["name"]
                 raise HttpError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption "
                                 "budget.", {"causes": [{"reason": "DisruptionBudget",
                                                         "message": f"The disruption budget {pdb} needs more healthy "
                                                                    "pods to allow this eviction"}]})
-            self.store.delete("pods", ns, name)
+            opts = body.get("deleteOptions") or {}
+            self.store.delete_pod(ns, name, opts.get("gracePeriodSeconds") if isinstance(opts, dict) else None)
         except HttpError as e:
             result = str(e.code)
             raise
@@ -843,12 +895,37 @@ class _Drop(Exception):
     """Cut this watch connection without the terminating chunk."""
 
 
+def _parse_ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _ready(pod: dict) -> bool:
+    """Healthy for a PodDisruptionBudget: condition Ready=True and not terminating."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _grace(q: dict, body) -> int | None:
+    """gracePeriodSeconds of a DELETE: the query parameter, else the DeleteOptions body."""
+    raw = q.get("gracePeriodSeconds")
+    if raw is None and isinstance(body, dict):
+        raw = body.get("gracePeriodSeconds")
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise HttpError(400, "BadRequest", f"gracePeriodSeconds {raw!r} is not an integer") from None
+
+
 def _allowed(store: Store, pdb: dict, ns: str) -> int:
     """Disruptions a PDB allows now (what the disruption controller would put in its status)."""
     pods, _ = store.items("pods", ns)
     sel = pdb["spec"].get("selector")
     matching = [p for p in pods if selector_match(sel, p["metadata"].get("labels") or {})]
-    healthy = sum(1 for p in matching if p["status"].get("phase") == "Running")
+    healthy = sum(1 for p in matching if _ready(p))
     expected = len(matching)
 
     def resolve(v, total):
@@ -872,6 +949,14 @@ def serve(host: str, port: int, token: str | None, schema_version: str, bookmark
     Handler.bookmark_seconds = bookmark_seconds
     srv = ThreadingHTTPServer((host, port), Handler)
     srv.daemon_threads = True
+    store = Handler.store
+
+    def reaper() -> None:
+        while True:
+            time.sleep(0.1)
+            store.reap()
+
+    threading.Thread(target=reaper, name="reaper", daemon=True).start()
     return srv
 
 
