@@ -41,10 +41,14 @@ def plan(
     if replay is not None:
         r = ops.replay(st.runtime(), replay)
         data = {**{k: v for k, v in r.items() if k != "plan"}, **r["plan"].to_dict(explain=explain)}
-        render.emit(st.fmt(), "plan", data, status="ok" if r["reproduced"] else "mismatch",
-                    exit_code=0 if r["reproduced"] else 1, table=lambda c, d: _table(c, d, explain))
-        if not r["reproduced"]:
-            raise typer.Exit(1)
+        # reproduced: true (the action lists match), false (they differ: exit 1), null (nothing
+        # recorded to compare: exit 7, never a pass by default)
+        status, code = {True: ("ok", ExitCode.OK), False: ("mismatch", ExitCode.UNEXPECTED)}.get(
+            r["reproduced"], ("unknown", ExitCode.PARTIAL))
+        render.emit(st.fmt(), "plan", data, status=status, exit_code=code, table=lambda c, d: _table(c, d, explain))
+        if code != ExitCode.OK:
+            render.error(f"replay of plan #{r['seq']}: {r['why']}")
+            raise typer.Exit(int(code))
         return
     result, degraded, auth_failed = ops.show_plan(st.runtime())
     data = result.to_dict(explain=explain)
@@ -75,8 +79,9 @@ def _table(console, d: dict, explain: bool) -> None:
 
     title = f"Plan {d['id']} for region {d['region']} at {render.ts(d['now'])}"
     if "reproduced" in d:
-        title += f" — replay of #{d['seq']}: " + ("reproduced exactly" if d["reproduced"] else
-                                                 f"DIFFERS from recorded {d['recorded_plan_id']}")
+        title += f" — replay of #{d['seq']}: " + {True: "reproduced exactly (action lists match)",
+                                                  False: "DIFFERS from the recorded action list"}.get(
+            d["reproduced"], "cannot be checked (no action digest recorded)")
     t = Table(title=title, title_justify="left")
     for col in ("#", "kind", "pool", "node", "count", "priority", "reason"):
         t.add_column(col, overflow="fold")

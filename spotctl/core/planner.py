@@ -364,6 +364,11 @@ class Plan:
     explain: tuple[str, ...]
     excluded: tuple[dict, ...] = ()
 
+    def actions_digest(self) -> str:
+        """SHA-256 of the ordered action list (every field of every action): what a replay compares."""
+        body = json.dumps([a.to_dict() for a in self.actions], sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(body.encode()).hexdigest()
+
     def launches(self) -> int:
         return sum(a.count or 0 for a in self.actions if a.kind == "launch")
 

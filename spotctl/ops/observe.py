@@ -119,13 +119,30 @@ def sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]]
 
     Returns counts of what changed, and the live nodes afterwards.
     """
+    # Observe first, then write, then tell: no network call inside the write transaction (a slow
+    # cloud or scheduler must not hold the database's write lock).
+    released = _check_released(rt, snap)
     with rt.store.tx():  # one transaction: cheap when nothing changed, atomic when something did
-        return _sync_nodes(rt, snap)
+        changed, live, vanished = _sync_nodes(rt, snap, released)
+    for node in vanished:
+        _forget(rt, node)
+    return changed, live
 
 
+def _check_released(rt: Runtime, snap: Snapshot) -> dict[str, bool]:
+    """Instance id -> allocations freed, for the deleting/failed nodes the cloud no longer lists."""
+    if snap.instances is None:
+        return {}
+    listed = {i.action_id for i in snap.instances}
+    return {n.instance_id: _released(rt, n.instance_id)
+            for n in rt.store.nodes(states=(NodeState.DELETING, NodeState.FAILED))
+            if n.instance_id and n.action_id not in listed}
 
-def _sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]]:
+
+def _sync_nodes(rt: Runtime, snap: Snapshot,
+                released: dict[str, bool]) -> tuple[dict[str, int], list[Node], list[Node]]:
     store, now, actor = rt.store, snap.now, rt.actor
+    vanished: list[Node] = []  # gone or lost: the schedulers forget them after the transaction
     changed = {"adopted": 0, "active": 0, "failed": 0, "lost": 0, "gone": 0, "noticed": 0}
     nodes = store.nodes(live_only=True)
     adopted: list[Node] = []
@@ -143,7 +160,7 @@ def _sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]
                     if node.state is NodeState.INTENDED:
                         continue  # act() resumes it
                     if node.state is NodeState.DELETING or node.state is NodeState.FAILED:
-                        if node.instance_id and not _released(rt, node.instance_id):
+                        if node.instance_id and not released.get(node.instance_id, False):
                             continue  # gone from the list, allocations not yet freed: check next pass
                         store.transition(node, NodeState.GONE, reason="instance deleted and its allocations freed",
                                          at=now, actor=actor)
@@ -158,7 +175,7 @@ def _sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]
                         store.audit(actor=actor, action="node.lost", target=node.id, result="lost",
                                     inputs={"pool": node.pool, "instance_id": node.instance_id}, at=now)
                         changed["lost"] += 1
-                    _forget(rt, node)
+                    vanished.append(node)
                     continue
                 if node.state is NodeState.INTENDED:
                     store.transition(node, NodeState.BUILDING, reason="instance found by its action tag",
@@ -202,7 +219,7 @@ def _sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]
                                at=now, delivered_at=nt.delivered_at, pool=nt.pool or (node.pool if node else None))
         if new and node is not None:
             notice_event(store, nt, node, now)
-    return changed, sorted((n for n in nodes + adopted if n.live), key=lambda n: n.id)
+    return changed, sorted((n for n in nodes + adopted if n.live), key=lambda n: n.id), vanished
 
 
 def notice_event(store, nt: Notice, node: Node, at: float) -> None:

@@ -33,9 +33,23 @@ def replay(rt: Runtime, seq: int) -> dict:
     rec = rt.store.plan_record(seq)
     inp = PlanInput.from_dict(rec["input"])
     p = make_plan(inp)
+    # The plan id is derived from the input digest, so it matches by construction: what proves the
+    # replay is the action list itself, compared with the digest recorded when the plan ran. A plan
+    # recorded before digests were kept cannot be checked: "reproduced" is then null, not true.
+    recorded = rec["summary"].get("actions_sha256")
+    replayed = p.actions_digest()
+    if recorded is None:
+        reproduced, why = None, "this plan was recorded without its action digest; nothing to compare"
+    elif recorded == replayed:
+        reproduced, why = True, f"the replayed action list matches the recorded one ({len(p.actions)} actions)"
+    else:
+        kinds = rec["summary"].get("kinds")
+        reproduced, why = False, (f"the replayed action list differs from the recorded one (recorded "
+                                  f"{rec['summary'].get('actions')} actions {kinds}, replayed {len(p.actions)} "
+                                  f"{[a.kind for a in p.actions]})")
     return {
         "seq": seq, "recorded_at": rec["at"], "actor": rec["actor"],
         "recorded_plan_id": rec["plan_id"], "replayed_plan_id": p.id,
-        "reproduced": p.id == rec["plan_id"] and p.launches() == rec["summary"].get("launches"),
-        "plan": p,
+        "recorded_actions_sha256": recorded, "replayed_actions_sha256": replayed,
+        "reproduced": reproduced, "why": why, "plan": p,
     }

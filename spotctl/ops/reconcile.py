@@ -88,7 +88,9 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
         else:
             rt.store.record_plan(plan_id=plan.id, at=now, actor=rt.actor, executed=True,
                                  summary={"actions": len(plan.actions), "launches": plan.launches(),
-                                          "demand": plan.demand}, plan_input=inp.to_dict())
+                                          "demand": plan.demand, "actions_sha256": plan.actions_digest(),
+                                          "kinds": [a.kind for a in plan.actions]},
+                                 plan_input=inp.to_dict())
             result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools))
             result.relay = _relay(rt, result)
         if result.degraded or any(o.status in ("failed", "partial") and not _fell_back(o, result) for o in result.outcomes):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from freezegun import freeze_time
 
@@ -144,6 +146,28 @@ def test_plan_history_and_replay_reproduce_an_executed_plan(cli):
     assert sum(a.get("count", 0) for a in d["actions"] if a["kind"] == "launch") == hist[0]["launches"]
     missing = cli("-o", "json", "plan", "--replay", "42")
     assert missing.code == 5 and "--history" in missing.stderr
+
+
+def test_plan_replay_compares_the_action_list_and_can_fail(cli, state_db):
+    """The plan id comes from the input digest, so it matches by construction: the replay must
+    compare the actions themselves, and say so when it cannot."""
+    import sqlite3
+
+    assert cli("-o", "json", "reconcile").code == 0
+    db = sqlite3.connect(state_db)
+    summary = json.loads(db.execute("SELECT summary FROM plans WHERE seq=1").fetchone()[0])
+    assert len(summary["actions_sha256"]) == 64
+    db.execute("UPDATE plans SET summary=? WHERE seq=1", (json.dumps({**summary, "actions_sha256": "0" * 64}),))
+    db.commit()
+    r = cli("-o", "json", "plan", "--replay", "1")
+    assert r.code == 1 and r.json["status"] == "mismatch" and r.json["data"]["reproduced"] is False
+    assert "differs from the recorded one" in r.stderr
+    del summary["actions_sha256"]  # a plan recorded before digests were kept
+    db.execute("UPDATE plans SET summary=? WHERE seq=1", (json.dumps(summary),))
+    db.commit()
+    db.close()
+    r = cli("-o", "json", "plan", "--replay", "1")
+    assert r.code == 7 and r.json["status"] == "unknown" and r.json["data"]["reproduced"] is None
 
 
 def test_contract_check(cli):

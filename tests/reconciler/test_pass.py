@@ -199,3 +199,37 @@ def test_a_drain_killed_after_its_intent_is_driven_again_by_the_next_pass(make_r
     mine = [r for r in recs[audits_before:] if r["target"] == node.id]
     assert mine and mine[0]["inputs"]["action_id"] == "killed-drain" and mine[0]["result"] == "ok"
     assert rt.store.actions(status="intended", limit=None) == []
+
+
+class _NoCallsInTransactions:
+    """A port (cloud or scheduler) that records every call made while the store's write transaction
+    is open: the network must never be called with the database's write lock held."""
+
+    CALLS = ("hosts", "quota", "reservations", "instances", "find_instance", "create_instance", "delete_instance",
+             "released", "pending", "usage", "cordon", "drain", "resume", "forget")
+
+    def __init__(self, inner, store, seen: list):
+        self._inner, self._store, self._seen = inner, store, seen
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if name not in self.CALLS or not callable(attr):
+            return attr
+
+        def call(*a, **kw):
+            if self._store.conn.in_transaction:
+                self._seen.append(f"{type(self._inner).__name__}.{name}")
+            return attr(*a, **kw)
+        return call
+
+
+def test_no_cloud_or_scheduler_call_inside_a_write_transaction(make_rt):
+    rt, world = make_rt()
+    seen: list[str] = []
+    rt.cloud = _NoCallsInTransactions(world.cloud, rt.store, seen)
+    rt.schedulers = [_NoCallsInTransactions(s, rt.store, seen) for s in world.schedulers]
+    results = advance(rt, world, 4 * 3600, step=60)
+    kinds = Counter(t["to_state"] for t in rt.store.transitions())
+    assert kinds["gone"] > 0 and kinds["draining"] > 0, kinds  # deletes, drains and releases did happen
+    assert all(r.status in ("ok", "partial") for r in results)
+    assert seen == [], f"network calls inside a write transaction: {Counter(seen)}"
