@@ -40,7 +40,7 @@ from spotctl.core.errors import (
     TemporaryError,
     UnavailableError,
 )
-from spotctl.core.models import Notice, NoticeKind, RateCard
+from spotctl.core.models import Notice, NoticeKind, RateCard, Reclaim, ReclaimReceipt
 
 log = logging.getLogger(__name__)
 
@@ -150,14 +150,39 @@ class ContractFeed:
         return self._notices(body["notices"]), body["next_cursor"]
 
     def reclaim(self, instance_ids: list[str], notice_seconds: int, advisory_lead_seconds: int = 0,
-                drill_id: str | None = None) -> dict:
+                drill_id: str | None = None) -> Reclaim:
+        """:class:`~spotctl.core.ports.ReclaimPort`: ``POST /v1/reclaims``, parsed into receipts."""
         payload: dict = {"instance_ids": list(instance_ids), "notice_seconds": int(notice_seconds),
                          "advisory_lead_seconds": int(advisory_lead_seconds)}
         if drill_id:
             payload["drill_id"] = drill_id
         # One key for every retry of this call: the provider returns the reclaim it made first.
         headers = {"Idempotency-Key": str(uuid.uuid4())}
-        return self._json(self._request("POST", "/v1/reclaims", json=payload, headers=headers, ok=(201, 202)))
+        body = self._json(self._request("POST", "/v1/reclaims", json=payload, headers=headers, ok=(201, 202)))
+        return self._reclaim(body, instance_ids)
+
+    def _reclaim(self, body, asked: list[str]) -> Reclaim:
+        """A reclaim record checked where it enters: an id, and one receipt per instance asked for."""
+        def bad(why: str):
+            return UnavailableError(f"contract feed {self.url}: malformed reclaim record: {why}")
+
+        if not isinstance(body, dict) or not isinstance(body.get("id"), str) or not body["id"]:
+            raise bad("no id")
+        rows = body.get("instances")
+        if not isinstance(rows, list):
+            raise bad("no instances list")
+        out = []
+        for r in rows:
+            if not isinstance(r, dict) or not isinstance(r.get("instance_id"), str):
+                raise bad("an instance receipt without instance_id")
+            ids = {k: r.get(k) for k in ("notice_id", "advisory_id", "error")}
+            if any(v is not None and not isinstance(v, str) for v in ids.values()):
+                raise bad(f"receipt of {r['instance_id']}: notice_id/advisory_id/error must be strings")
+            out.append(ReclaimReceipt(instance_id=r["instance_id"], **ids))
+        missing = set(asked) - {r.instance_id for r in out}
+        if missing:
+            raise bad(f"no receipt for {sorted(missing)}")
+        return Reclaim(id=body["id"], instances=tuple(out))
 
     def get_reclaim(self, reclaim_id: str) -> dict:
         from urllib.parse import quote

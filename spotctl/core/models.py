@@ -306,3 +306,29 @@ class DrainProgress:
         if self.forced:
             d["forced"] = list(self.forced)
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimReceipt:
+    """What the provider's reclaim API did with one instance: a hard notice now (``notice_id``), an
+    advisory first with the notice to follow (``advisory_id``), or nothing (``error``)."""
+
+    instance_id: str
+    notice_id: str | None = None
+    advisory_id: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and (self.notice_id is not None or self.advisory_id is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """One call of the provider's reclaim API (the drills' rehearsal of a reclaim)."""
+
+    id: str
+    instances: tuple[ReclaimReceipt, ...]
+
+    def receipt(self, instance_id: str) -> ReclaimReceipt | None:
+        return next((r for r in self.instances if r.instance_id == instance_id), None)

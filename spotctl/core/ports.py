@@ -23,6 +23,7 @@ from .models import (
     PoolSpec,
     Quota,
     RateCard,
+    Reclaim,
     Reservation,
     WorkUnit,
 )
@@ -92,6 +93,17 @@ class ContractPort(Protocol):
         """Notices and advisories currently in force."""
 
 
+@runtime_checkable
+class ReclaimPort(Protocol):
+    """The provider's reclaim API (contract term 5), which drills call to rehearse a reclaim.
+    Implemented by the simulator and by the HTTP contract adapter, with this one signature."""
+
+    def reclaim(self, instance_ids: list[str], notice_seconds: int, advisory_lead_seconds: int = 0,
+                drill_id: str | None = None) -> Reclaim:
+        """Reclaim these instances: a hard notice with ``notice_seconds`` of lead, preceded by an
+        advisory ``advisory_lead_seconds`` earlier when > 0. One receipt per instance asked for."""
+
+
 class NoticeStream(Protocol):
     """The contract feed's ordered notice log (for the fast path and drills).
 
@@ -101,10 +113,6 @@ class NoticeStream(Protocol):
 
     def poll(self, cursor: str | None, wait: float = 0.0) -> tuple[list[Notice], str]:
         """Notices issued after ``cursor`` (long-polling up to ``wait`` s), and the next cursor."""
-
-    def reclaim(self, instance_ids: list[str], notice_seconds: int, advisory_lead_seconds: int = 0,
-                drill_id: str | None = None) -> dict:
-        """Ask the provider to reclaim instances (drills). Returns the reclaim record with its id."""
 
     def get_reclaim(self, reclaim_id: str) -> dict:
         """A reclaim with its per-instance receipts."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 
 from spotctl.core.errors import SpotctlError
+from spotctl.core.ports import ReclaimPort
 
 from .observe import Snapshot, observe
 from .runtime import Runtime
@@ -97,7 +98,7 @@ def evaluate(rt: Runtime, snap: Snapshot) -> dict:
 
 
 def _reclaim_api(rt: Runtime) -> dict:
-    if not callable(getattr(rt.contract, "reclaim", None)):
+    if not isinstance(rt.contract, ReclaimPort):
         return {"state": "missing", "evidence": {"error": "the contract feed offers no reclaim API"}}
     status = getattr(rt.contract, "status", None)
     if callable(status):

@@ -285,8 +285,8 @@ class ContractAPI:
     def _notice(self, rec: dict, r: dict) -> None:
         w = self.world
         try:
-            n = w.contract.reclaim(r["instance_id"], lead_seconds=float(rec["notice_seconds"]),
-                                   reason=f"{rec['reason']} ({rec['id']})")
+            n = w.provider.reclaim(r["instance_id"], float(rec["notice_seconds"]), f"{rec['reason']} ({rec['id']})")
+            w.changed()
         except Exception as e:  # the instance went away meanwhile (NotFoundError) or the world refused
             r.update(state="failed", error=getattr(e, "message", None) or str(e))
             return

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from spotctl.core.errors import NotFoundError
-from spotctl.core.models import Notice, NoticeKind, PoolClass, PoolKind, PoolSpec, RateCard
+from spotctl.core.models import Notice, NoticeKind, PoolClass, PoolKind, PoolSpec, RateCard, Reclaim, ReclaimReceipt
 
 from .rng import diurnal, keyed, mix, poisson, stable_int
 
@@ -326,17 +326,34 @@ class Provider:
 
     # --- reclaim API -----------------------------------------------------------
 
-    def reclaim(self, instance_id: str, lead_seconds: float, reason: str) -> Notice:
+    def reclaim(self, instance_id: str, lead_seconds: float, reason: str, advisory_lead_seconds: float = 0.0) -> Notice:
+        """A hard notice now with ``lead_seconds`` of lead; with an advisory lead, an advisory now and
+        the hard notice ``advisory_lead_seconds`` later. Returns the first notice issued."""
         w = self.w
         inst = w.fleet.instances.get(instance_id)
         if inst is None or not inst.alive:
             raise NotFoundError(f"no live instance {instance_id!r} in the simulated region")
         for rec in self.by_inst.get(instance_id, ()):
-            if rec.kind == "hard":
+            if rec.kind == "hard" or (rec.kind == "advisory" and rec.source == "reclaim"):
                 return rec.view
         w.stats["reclaims"] += 1
+        if advisory_lead_seconds > 0:
+            due = w.now + float(advisory_lead_seconds)
+            adv = self._issue(inst, "advisory", due + float(lead_seconds),
+                              f"{reason}: a hard notice follows at {iso(due)}", "reclaim", reason)
+            w.push(due, "reclaim_hard", instance_id, float(lead_seconds), reason)
+            return adv.view
         return self._issue(inst, "hard", w.now + float(lead_seconds),
                            f"{reason}: delete by {iso(w.now + float(lead_seconds))}", "reclaim", reason).view
+
+    def on_reclaim_hard(self, instance_id: str, lead_seconds: float, reason: str) -> None:
+        """The hard notice of a reclaim that was announced by an advisory first."""
+        w = self.w
+        inst = w.fleet.instances.get(instance_id)
+        if inst is None or not inst.alive or self._has(instance_id, "hard"):
+            return
+        self._issue(inst, "hard", w.now + lead_seconds, f"{reason}: delete by {iso(w.now + lead_seconds)}",
+                    "reclaim", reason)
 
     # --- persistence -----------------------------------------------------------
 
@@ -365,9 +382,22 @@ class SimContract:
     def notices(self) -> list[Notice]:
         return self._w.provider.views()
 
-    def reclaim(self, instance_id: str, lead_seconds: float = 150.0, reason: str = "reclaim drill") -> Notice:
-        """The provider's reclaim API: a hard notice now, deletion at ``now + lead_seconds``."""
+    def reclaim(self, instance_ids: list[str], notice_seconds: int, advisory_lead_seconds: int = 0,
+                drill_id: str | None = None) -> Reclaim:
+        """:class:`~spotctl.core.ports.ReclaimPort`: the provider's reclaim API, in the simulated region."""
+        w = self._w
+        reason = f"reclaim drill {drill_id}" if drill_id else "reclaim drill"
+        receipts = []
         try:
-            return self._w.provider.reclaim(instance_id, lead_seconds, reason)
+            for iid in instance_ids:
+                try:
+                    n = w.provider.reclaim(iid, float(notice_seconds), reason, float(advisory_lead_seconds))
+                except NotFoundError as e:
+                    receipts.append(ReclaimReceipt(instance_id=iid, error=e.message))
+                    continue
+                hard = n.kind is NoticeKind.HARD
+                receipts.append(ReclaimReceipt(instance_id=iid, notice_id=n.id if hard else None,
+                                               advisory_id=None if hard else n.id))
         finally:
-            self._w.changed()
+            w.changed()
+        return Reclaim(id=f"sim-rcl-{w.provider.counter:06d}", instances=tuple(receipts))

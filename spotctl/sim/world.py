@@ -106,6 +106,7 @@ class SimWorld:
             "lease_block": self.provider.on_lease_block,
             "lease_end": self._bump,
             "hard_issue": self.provider.on_hard_issue,
+            "reclaim_hard": self.provider.on_reclaim_hard,
             "deadline": self.provider.on_deadline,
             "expire": self.provider.on_expire,
             "surge": self.provider.on_surge,

@@ -185,8 +185,10 @@ def test_cursor_resumes_without_loss_or_duplicates(server, feed):
 def test_reclaim_gives_a_hard_notice_with_at_least_120_s_and_receipts(server, feed):
     victims = _victims(server, 2)
     rec = feed.reclaim(victims + ["no-such-instance"], 120, drill_id="drill-1")
-    assert rec["id"].startswith("rcl-") and rec["drill_id"] == "drill-1" and rec["state"] == "in_progress"
-    got = feed.get_reclaim(rec["id"])
+    assert rec.id.startswith("rcl-") and [r.instance_id for r in rec.instances] == victims + ["no-such-instance"]
+    assert all(r.ok and r.notice_id for r in rec.instances[:2]) and not rec.instances[2].ok
+    got = feed.get_reclaim(rec.id)
+    assert got["drill_id"] == "drill-1" and got["state"] in ("in_progress", "done")
     by_iid = {r["instance_id"]: r for r in got["instances"]}
     assert by_iid["no-such-instance"]["state"] == "failed" and by_iid["no-such-instance"]["error"]
     active = {n.id: n for n in feed.notices()}
@@ -213,8 +215,9 @@ def test_reclaim_with_advisory_lead_advises_first(server, feed):
     _, cursor = _drain(feed)
     (victim,) = _victims(server, 1)
     rec = feed.reclaim([victim], 120, advisory_lead_seconds=600)
-    (r,) = rec["instances"]
-    assert r["state"] == "advised" and r["notice_id"] is None
+    (r,) = rec.instances
+    assert r.ok and r.advisory_id and r.notice_id is None
+    assert feed.get_reclaim(rec.id)["instances"][0]["state"] == "advised"
     notices, _ = feed.poll(cursor, 0)
     assert [(n.instance_id, n.kind) for n in notices] == [(victim, NoticeKind.ADVISORY)]
     assert notices[0].id in {n.id for n in feed.notices()}

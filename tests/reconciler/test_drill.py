@@ -60,3 +60,24 @@ def test_guardrails(make_rt):
         drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=0)
     drill.run(rt, d, tick=ticker(rt, world))
     drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=0)  # allowed again
+
+
+def test_a_drill_with_an_advisory_lead_advises_first_on_the_demo_region(make_rt):
+    """--advisory-lead reaches the provider: an advisory per victim now, its hard notice later."""
+    rt, world = make_rt()
+    advance(rt, world, 900, step=60)
+    pool = busiest_pool(rt)
+    d = drill.start(rt, drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=300))
+    rep = drill.run(rt, d, tick=ticker(rt, world))
+    (victim,) = d["victims"]
+    kinds = {n["kind"]: n for n in rt.store.notices() if n["instance_id"] == victim["instance_id"]}
+    adv = kinds["advisory"]
+    assert adv["issued_at"] == victim["reclaimed_at"] and adv["deadline"] - adv["issued_at"] == 300 + 150
+    (v,) = rep["victims"]
+    assert rep["status"] == "done" and v["advisory"] == adv["id"] and v["final_state"] == "gone"
+    assert v["drained_before_deadline"] and v["capacity_returned_by_deadline"]
+    if "hard" in kinds:  # the hard notice came before the node was gone: its checks count
+        assert v["notice"] == kinds["hard"]["id"] and v["unchecked"] == []
+    else:  # given back on the advisory alone: the hard notice's checks were not exercised, not "passed"
+        assert v["notice"] is None and v["unchecked"] == ["delivery_latency", "notice_lead"]
+        assert rep["checks"] == 3 and rep["score"] == 100.0

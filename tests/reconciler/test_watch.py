@@ -34,7 +34,7 @@ def test_a_hard_notice_is_drained_in_every_scheduler_within_two_seconds(make_rt)
     advance(rt, world, 600, step=60)  # nodes up and busy
     node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
     rt.contract = ProviderLog(world)
-    world.contract.reclaim(node.instance_id, lead_seconds=150, reason="reclaim drill")
+    world.contract.reclaim([node.instance_id], 150)
     events = []
     stats = fast.watch(rt, stop=threading.Event(), wait=0, max_batches=1, on_event=events.append)
     mine = [e for e in events if e.get("node") == node.id]
@@ -65,7 +65,7 @@ def test_the_watcher_waits_for_a_running_pass_and_needs_a_notice_log(make_rt, tm
     advance(rt, world, 600, step=60)
     node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
     rt.contract = ProviderLog(world)
-    world.contract.reclaim(node.instance_id, lead_seconds=150, reason="reclaim drill")
+    world.contract.reclaim([node.instance_id], 150)
     other = Store.open(tmp_path / "state.db", rt.region.name)
     assert other.try_lock()
     threading.Timer(0.3, other.unlock).start()  # a pass finishing

@@ -44,10 +44,18 @@ def test_a_card_is_a_copy(world):
     assert world.contract.rate_card().prices["gp-az1"] > 0
 
 
+def _reclaim(world, instance_id, lead):
+    """The reclaim API (ReclaimPort) for one instance; the hard notice it issued."""
+    rec = world.contract.reclaim([instance_id], lead)
+    (receipt,) = rec.instances
+    assert receipt.ok and receipt.notice_id, receipt
+    return next(n for n in world.contract.notices() if n.id == receipt.notice_id)
+
+
 def test_reclaim_api_gives_a_hard_notice_and_deletes_at_the_deadline(world, region):
     inst = world.cloud.create_instance(region.pools["gp-az1"], "n1", "a1")
     world.advance(world.now + 120)
-    notice = world.contract.reclaim(inst.id, lead_seconds=150, reason="drill")
+    notice = _reclaim(world, inst.id, 150)
     assert notice.kind is NoticeKind.HARD and notice.deadline - notice.issued_at == 150
     assert world.contract.notices() == [notice]
     world.advance(notice.deadline - 1)
@@ -63,7 +71,7 @@ def test_reclaim_api_gives_a_hard_notice_and_deletes_at_the_deadline(world, regi
 def test_a_drained_node_counts_as_handled(world, region):
     inst = world.cloud.create_instance(region.pools["gp-az1"], "n1", "a1")
     world.advance(world.now + 120)
-    notice = world.contract.reclaim(inst.id, lead_seconds=200)
+    notice = _reclaim(world, inst.id, 200)
     for s in world.schedulers:
         s.drain("n1", "notice", notice.deadline)
     world.advance(notice.deadline + 1)
@@ -72,7 +80,7 @@ def test_a_drained_node_counts_as_handled(world, region):
     # drained in one scheduler only is not enough
     inst2 = world.cloud.create_instance(region.pools["gp-az1"], "n2", "a2")
     world.advance(world.now + 120)
-    notice2 = world.contract.reclaim(inst2.id, lead_seconds=200)
+    notice2 = _reclaim(world, inst2.id, 200)
     world.schedulers[0].drain("n2", "notice", notice2.deadline)
     world.advance(notice2.deadline + 1)
     assert world.report()["notices"]["missed"] == 1
@@ -102,3 +110,19 @@ def test_random_surges_advise_and_sometimes_reclaim(region):
         assert n.deadline - n.issued_at >= 120
     assert cleared > 0  # advisories expire
     assert w.report()["notices"]["advisory"] > len(surge_hard)
+
+
+def test_reclaim_with_an_advisory_lead_advises_first_then_notices(world, region):
+    inst = world.cloud.create_instance(region.pools["gp-az1"], "n1", "a1")
+    world.advance(world.now + 120)
+    t0 = world.now
+    rec = world.contract.reclaim([inst.id, "no-such-instance"], 150, advisory_lead_seconds=600, drill_id="d1")
+    mine, unknown = rec.instances
+    assert mine.advisory_id and mine.notice_id is None and unknown.error and not unknown.ok
+    (adv,) = world.contract.notices()
+    assert adv.id == mine.advisory_id and adv.kind is NoticeKind.ADVISORY and adv.deadline == t0 + 750
+    world.advance(t0 + 599)
+    assert [n.kind for n in world.contract.notices()] == [NoticeKind.ADVISORY]
+    world.advance(t0 + 600)
+    hard = [n for n in world.contract.notices() if n.kind is NoticeKind.HARD]
+    assert len(hard) == 1 and hard[0].issued_at == t0 + 600 and hard[0].deadline == t0 + 750
