@@ -23,12 +23,19 @@ class AppState:
     _runtime: object = None
     cleanups: list = field(default_factory=list)
 
-    def setup_logging(self) -> None:
-        """Logging, set up once per process at the entry point: stderr, with a prefix."""
+    def setup_logging(self, configured: str | None = None) -> None:
+        """Logging, set up once per process at the entry point: stderr, with a prefix. The level is
+        -v/-vv/--debug/-q when given, else the configured ``log_level`` (SPOTCTL_LOG_LEVEL)."""
         import logging
 
-        level = logging.DEBUG if (self.debug or self.verbosity >= 2) else logging.INFO if self.verbosity == 1 else (
-            logging.ERROR if self.quiet else logging.WARNING)
+        if self.debug or self.verbosity >= 2:
+            level = logging.DEBUG
+        elif self.verbosity == 1:
+            level = logging.INFO
+        elif self.quiet:
+            level = logging.ERROR
+        else:
+            level = getattr(logging, (configured or "warning").upper(), logging.WARNING)
         root = logging.getLogger()
         if not any(getattr(h, "_spotctl", False) for h in root.handlers):
             h = logging.StreamHandler(sys.stderr)
@@ -47,6 +54,7 @@ class AppState:
                 env["SPOTCTL_CONFIG"] = self.config_path
             self._config = load_config(env=env, flags={"default_region": self.region, "state_dir": self.state_dir,
                                                       "output": self.output})
+            self.setup_logging(self._config.log_level)
         return self._config
 
     def fmt(self) -> str:

@@ -69,6 +69,8 @@ DEFAULTS = {
     "regions": {DEMO_REGION_NAME: DEMO_REGION},
 }
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 ENV_KEYS = {
     "SPOTCTL_REGION": "default_region",
     "SPOTCTL_STATE_DIR": "state_dir",
@@ -151,6 +153,11 @@ class Config:
     @property
     def output(self) -> str:
         return self.data.get("output", "auto")
+
+    @property
+    def log_level(self) -> str:
+        """debug | info | warning | error (``log_level``, ``SPOTCTL_LOG_LEVEL``); -v/-q/--debug win."""
+        return str(self.data.get("log_level", "warning")).lower()
 
     def state_dir(self) -> Path:
         if self.data.get("state_dir"):
@@ -338,6 +345,8 @@ def _fail(sources: dict, key: str, message: str, hint: str | None = None):
 def _check_values(data: dict, sources: dict) -> None:
     if data.get("output") not in ("auto", "table", "json", "yaml"):
         _fail(sources, "output", "must be one of auto, table, json, yaml")
+    if str(data.get("log_level", "warning")).lower() not in LOG_LEVELS:
+        _fail(sources, "log_level", f"must be one of {', '.join(LOG_LEVELS)}")
     for rname, region in data.get("regions", {}).items():
         base = f"regions.{rname}"
         if region.get("backend", "sim") not in ("sim", "openstack"):

@@ -181,3 +181,22 @@ def test_contract_check(cli):
     assert list(one["pools"]) == ["gp-az1"]
     bad = cli("-o", "json", "contract", "check", "--pool", "nope")
     assert bad.code == 5
+
+
+def test_log_level_from_the_environment_is_applied_and_checked(cli, monkeypatch):
+    import logging
+
+    from spotctl.cli.context import AppState
+
+    monkeypatch.setenv("SPOTCTL_LOG_LEVEL", "info")
+    AppState().config()
+    assert logging.getLogger().level == logging.INFO  # the configured level is the one in force
+    AppState(quiet=True).config()
+    assert logging.getLogger().level == logging.ERROR  # a flag wins over the configuration
+    monkeypatch.setenv("SPOTCTL_LOG_LEVEL", "error")
+    AppState(verbosity=2).config()
+    assert logging.getLogger().level == logging.DEBUG
+    logging.getLogger().setLevel(logging.WARNING)
+    bad = cli("-o", "json", "plan", env={"SPOTCTL_LOG_LEVEL": "chatty"})
+    assert bad.code == 3 and bad.json["errors"][0]["details"]["key"] == "log_level"
+    assert "debug, info, warning, error" in bad.stderr
