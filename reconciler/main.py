@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ)
         if args.config:
             env["SPOTCTL_CONFIG"] = args.config
-        config = load_config(env=env, flags={"default_region": args.region, "state_dir": args.state_dir})
+        config = load_config(env=env, host=True, flags={"default_region": args.region, "state_dir": args.state_dir})
         if not args.verbose:  # -v/-vv win; else the configured log_level (SPOTCTL_LOG_LEVEL)
             logging.getLogger().setLevel(config.log_level.upper())
         rt = build_runtime(config, args.region, actor=f"spot-reconciler@{socket.gethostname()}",

@@ -52,7 +52,7 @@ class AppState:
             env = dict(os.environ)
             if self.config_path:
                 env["SPOTCTL_CONFIG"] = self.config_path
-            self._config = load_config(env=env, flags={"default_region": self.region, "state_dir": self.state_dir,
+            self._config = load_config(env=env, host=True, flags={"default_region": self.region, "state_dir": self.state_dir,
                                                       "output": self.output})
             self.setup_logging(self._config.log_level)
         return self._config

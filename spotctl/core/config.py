@@ -188,12 +188,16 @@ class Config:
 # --- loading ----------------------------------------------------------------
 
 
-def user_config_path(env: dict | None = None) -> Path:
+def user_config_path(env: dict | None = None, host: bool = True) -> Path | None:
+    """The user layer: ``SPOTCTL_CONFIG``, else ``$XDG_CONFIG_HOME/spotctl/config.toml``, else (on the
+    host only) ``~/.config/spotctl/config.toml``; None when the environment names none."""
     env = os.environ if env is None else env
     if env.get("SPOTCTL_CONFIG"):
         return Path(env["SPOTCTL_CONFIG"]).expanduser()
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "spotctl" / "config.toml"
+    base = env.get("XDG_CONFIG_HOME") or (env.get("HOME") and os.path.join(env["HOME"], ".config"))
+    if not base and host:
+        base = os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "spotctl" / "config.toml" if base else None
 
 
 def load_config(
@@ -202,12 +206,20 @@ def load_config(
     flags: dict | None = None,
     system_path: str | os.PathLike | None = None,
     user_path: str | os.PathLike | None = None,
+    host: bool | None = None,
 ) -> Config:
-    """Load and merge every layer; raise :class:`ConfigError` on bad input."""
+    """Load and merge every layer; raise :class:`ConfigError` on bad input.
+
+    ``host``: read the host's default files (``/etc/spotctl/config.toml`` and ``~/.config``) when the
+    environment does not name others. True by default for the process environment (``env=None``),
+    False for an ``env`` given explicitly, so that ``load_config(env={})`` never reads this host's
+    configuration (tests, embedding code); the entry points pass ``host=True``."""
+    host = env is None if host is None else host
     env = dict(os.environ) if env is None else env
-    system = Path(system_path or env.get("SPOTCTL_SYSTEM_CONFIG") or SYSTEM_CONFIG)
-    user = Path(user_path) if user_path else user_config_path(env)
-    if env.get("SPOTCTL_CONFIG") and not user.exists():
+    sys_named = system_path or env.get("SPOTCTL_SYSTEM_CONFIG") or (SYSTEM_CONFIG if host else None)
+    system = Path(sys_named) if sys_named else None
+    user = Path(user_path) if user_path else user_config_path(env, host)
+    if env.get("SPOTCTL_CONFIG") and (user is None or not user.exists()):
         raise ConfigError(f"config file {user} (from SPOTCTL_CONFIG) does not exist")
 
     data: dict = {}
@@ -215,7 +227,7 @@ def load_config(
     _merge(data, sources, copy.deepcopy(DEFAULTS), "default")
     files = []
     for path in (system, user):
-        if path.is_file():
+        if path is not None and path.is_file():
             layer = _read_file(path)
             # A file that defines its own regions does not hide the demo region,
             # but a file that sets default_region decides which one is used.

@@ -37,6 +37,12 @@ def test_one_pass_with_summary_and_metrics(tmp_path):
 
     c = sqlite3.connect(db)
     assert c.execute("select count(*) from passes where status != 'running'").fetchone()[0] == 2
+    nodes = c.execute("select count(*) from nodes").fetchone()[0]
+    assert nodes > 0
+    assert c.execute("select count(distinct action_id) from nodes").fetchone()[0] == nodes  # one node per launch
+    launched = [json.loads(r[0])["action_id"] for r in
+                c.execute("select inputs from audit where action='node.launch' and result='ok'")]
+    assert launched and len(launched) == len(set(launched))  # no instance created twice for one launch
 
 
 def test_overlapping_pass_is_skipped_with_exit_0(tmp_path):

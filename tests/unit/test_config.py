@@ -84,3 +84,24 @@ def test_missing_config_file_and_unknown_region(tmp_path):
         load_config(env={}).region("atlantis")
     with pytest.raises(NotFoundError):
         load_config(env={}).region().pool("no-such-pool")
+
+
+def test_an_explicit_environment_never_reads_this_hosts_files(tmp_path, monkeypatch):
+    """load_config(env={...}) takes its layers from that environment only: the host's /etc and ~/.config
+    stay out of tests and embedding code; the entry points ask for them (host=True)."""
+    home = tmp_path / "home"
+    (home / ".config" / "spotctl").mkdir(parents=True)
+    (home / ".config" / "spotctl" / "config.toml").write_text('default_region = "from-home"\n'
+                                                            '[regions.from-home]\nbackend = "sim"\n')
+    system = tmp_path / "etc.toml"
+    system.write_text('output = "yaml"\n')
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setattr("spotctl.core.config.SYSTEM_CONFIG", str(system))
+    hermetic = load_config(env={})
+    assert hermetic.files == [] and hermetic.default_region == "demo" and hermetic.output == "auto"
+    on_host = load_config(env={}, host=True)
+    assert on_host.files == [str(system), str(home / ".config" / "spotctl" / "config.toml")]
+    assert on_host.default_region == "from-home" and on_host.output == "yaml"
+    # an environment that names its HOME is that environment's, not this process's
+    assert load_config(env={"HOME": str(home)}).default_region == "from-home"
