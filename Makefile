@@ -71,7 +71,7 @@ bench: install
 # Benchmarks against the real test services (brought up and stopped here).
 bench-services: install
 	@scripts/testenv/all up
-	@rc=0; for b in relay schedulers demand os_cloud; do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || rc=1; done; \
+	@rc=0; for b in relay schedulers storm demand os_cloud; do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || rc=1; done; \
 	  scripts/testenv/all down || true; exit $$rc
 
 clean:

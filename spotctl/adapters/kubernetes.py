@@ -924,9 +924,12 @@ class KubernetesScheduler:
     def cordon(self, node: str, reason: str) -> None:
         key = self.settings.cordon_taint
 
-        def change(obj: dict) -> dict:
+        def change(obj: dict) -> dict | None:
             spec = obj.get("spec") or {}
             annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if spec.get("unschedulable") and annotations.get(ANNOTATION_REASON) == reason[:1024] and any(
+                    t.get("key") == key and t.get("effect") == "NoSchedule" for t in spec.get("taints") or []):
+                return None  # already cordoned by us for this reason: nothing to write
             taints = [t for t in spec.get("taints") or [] if t.get("key") != key]
             taints.append({"key": key, "effect": "NoSchedule"})
             ann = {ANNOTATION_REASON: reason[:1024]}

@@ -79,6 +79,17 @@ def execute(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     raise ValueError(f"unknown action kind {action.kind}")
 
 
+def execute_drains(rt: Runtime, actions: list[Action], plan_id: str | None) -> list[Outcome]:
+    """Drain rounds for many nodes at once (:func:`drain_batch`); outcomes, never raises."""
+    if len(actions) == 1:
+        return [execute(rt, actions[0], plan_id)]
+    try:
+        return drain_batch(rt, actions, plan_id)
+    except SpotctlError as e:  # e.g. a node vanished from the store: one by one, each with its outcome
+        log.warning("batch of %d drains: %s; draining one by one", len(actions), e.message)
+        return [execute(rt, a, plan_id) for a in actions]
+
+
 def _intent(rt: Runtime, action: Action, plan_id: str | None, **kw) -> bool:
     return rt.store.record_intent(action_id=action.id, plan_id=plan_id, kind=action.kind, priority=action.priority,
                                   reason=action.reason, actor=rt.actor, at=rt.now(), inputs=action.inputs,
@@ -236,6 +247,8 @@ class Fanout:
     errors: dict[str, str] = field(default_factory=dict)       # scheduler -> why it failed
     unknown: list[str] = field(default_factory=list)           # schedulers that do not know the node
     missing: list[str] = field(default_factory=list)           # ... of those, the ones the pool is bound to
+    accepted_at: dict[str, float] = field(default_factory=dict)  # scheduler -> when it accepted (rt clock)
+    cordoned_at: dict[str, float] = field(default_factory=dict)  # scheduler -> when it stopped new work
 
     @property
     def ok(self) -> bool:
@@ -247,7 +260,8 @@ class Fanout:
         return "; ".join(out)
 
     def evidence(self) -> dict:
-        d: dict = {"accepted_seconds": self.accepted}
+        d: dict = {"accepted_seconds": self.accepted, "accepted_at": self.accepted_at,
+                   "cordoned_at": self.cordoned_at or self.accepted_at}
         if self.errors:
             d["scheduler_errors"] = self.errors
         if self.unknown:
@@ -269,6 +283,7 @@ def _each_scheduler(rt: Runtime, node: Node, fn) -> Fanout:
         try:
             fan.results[s.name] = fn(s)
             fan.accepted[s.name] = round(time.monotonic() - t0, 4)
+            fan.accepted_at[s.name] = round(rt.now(), 4)
         except NotFoundError:
             fan.unknown.append(s.name)
         except SpotctlError as e:
@@ -296,11 +311,48 @@ def _drain(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     moves the node to draining; later rounds (``inputs.continue``) evict what is left; a round the
     planner forces (a hard notice's deadline is near) deletes what still cannot move. "ok" means
     every scheduler the node's pool is bound to took the round; ``empty`` says whether the node is."""
-    node = _node_for(rt, action)
-    _intent(rt, action, plan_id)
+    return drain_batch(rt, [action], plan_id)[0]
+
+
+#: Nodes whose drain rounds run at once in a batch (each node's schedulers in parallel too).
+DRAIN_WORKERS = 16
+
+
+def drain_batch(rt: Runtime, actions: list[Action], plan_id: str | None) -> list[Outcome]:
+    """Drain rounds for many nodes at once — a reclaim storm cordons every node in every scheduler
+    within seconds, not one node after another. Three phases, so that no network call runs inside a
+    write transaction: record every intent; call the schedulers for all nodes concurrently (network
+    only); record every outcome and audit record."""
+    nodes = [_node_for(rt, a) for a in actions]
+    for a in actions:
+        _intent(rt, a, plan_id)
+
+    def call(pair: tuple[Action, Node]) -> Fanout:
+        a, node = pair
+        force = bool(a.inputs.get("force"))
+        fan = _each_scheduler(rt, node, lambda s: s.drain(node.id, a.reason, a.deadline, force=force))
+        return fan
+
+    def cordon(pair: tuple[Action, Node]) -> Fanout:
+        a, node = pair
+        return _each_scheduler(rt, node, lambda s: s.cordon(node.id, a.reason))
+
+    pairs = list(zip(actions, nodes))
+    if len(pairs) > 1 and rt.concurrent_observe:
+        with ThreadPoolExecutor(max_workers=min(DRAIN_WORKERS, len(pairs))) as ex:
+            # a storm: stop new work on every node first (one call per scheduler and node), then
+            # the evictions; the cordon times are what "cordoned within 2 s" is measured on
+            cordons = list(ex.map(cordon, pairs))
+            fans = list(ex.map(call, pairs))
+        for c, fan in zip(cordons, fans):
+            fan.cordoned_at = dict(c.accepted_at)
+    else:
+        fans = [call(p) for p in pairs]
+    return [_drain_record(rt, a, node, fan) for (a, node), fan in zip(pairs, fans)]
+
+
+def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Outcome:
     first = node.state is not NodeState.DRAINING
-    force = bool(action.inputs.get("force"))
-    fan = _each_scheduler(rt, node, lambda s: s.drain(node.id, action.reason, action.deadline, force=force))
     progress = {k: v for k, v in fan.results.items() if isinstance(v, DrainProgress)}
     empty = fan.ok and all(p.empty for p in progress.values())
     forced = {k: list(p.forced) for k, p in progress.items() if p.forced}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from spotctl.core.planner import Plan, plan as make_plan
 
 from . import contract
-from .act import Outcome, execute, resume
+from .act import Outcome, execute, execute_drains, resume
 from .observe import Snapshot, observe, plan_input, sync_nodes
 from .relay import DESTINATIONS, relay as relay_outbox
 from .runtime import Runtime
@@ -128,9 +128,19 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str]) -> 
     current = plan
     for round_ in range(MAX_FALLBACK_ROUNDS + 1):
         failed_pools = []
-        for action in current.actions:
-            if round_ > 0 and action.kind != "launch":
+        actions = [a for a in current.actions if round_ == 0 or a.kind == "launch"]
+        i = 0
+        while i < len(actions):
+            action = actions[i]
+            if action.kind == "drain":
+                # a run of drains (a reclaim storm) goes at once: every node cordoned within seconds
+                j = i
+                while j < len(actions) and actions[j].kind == "drain":
+                    j += 1
+                outcomes.extend(execute_drains(rt, actions[i:j], current.id))
+                i = j
                 continue
+            i += 1
             out = execute(rt, action, current.id)
             outcomes.append(out)
             if action.kind == "launch" and out.status in ("failed", "partial") and out.done < (action.count or 0) \

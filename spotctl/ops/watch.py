@@ -18,10 +18,10 @@ import time
 from spotctl.core.budget import Priority
 from spotctl.core.errors import ConfigError, RefusedError, SpotctlError
 from spotctl.core.lifecycle import forced_round
-from spotctl.core.models import NodeState, Notice, NoticeKind
+from spotctl.core.models import Node, NodeState, Notice, NoticeKind
 from spotctl.core.planner import Action
 
-from .act import Outcome, execute
+from .act import Outcome, execute, execute_drains
 from .observe import notice_event
 from .runtime import Runtime
 
@@ -50,45 +50,71 @@ def _lock(rt: Runtime, stop: threading.Event) -> None:
 
 def handle(rt: Runtime, notice: Notice, received_at: float, stop: threading.Event | None = None) -> dict:
     """Act on one notice now. Returns what was done and how fast."""
+    return handle_batch(rt, [notice], received_at, stop)[0]
+
+
+def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
+                 stop: threading.Event | None = None) -> list[dict]:
+    """Act on a batch of notices now, all at once: every hard notice's node is drained in every
+    scheduler concurrently (a reclaim storm of 50 notices in one poll is cordoned within seconds),
+    advisories cordon. One event per notice: what was done and how fast."""
     stop = stop or threading.Event()
     t0 = time.monotonic()
-    out: dict = {"notice": notice.id, "kind": str(notice.kind), "instance_id": notice.instance_id,
-                 "deadline_in_s": None if notice.deadline is None else round(notice.deadline - received_at, 3),
-                 "delivery_latency_s": None if notice.delivered_at is None else
-                 round(notice.delivered_at - notice.issued_at, 3)}
-    node = rt.store.node_by_instance(notice.instance_id)
-    with rt.store.tx():
-        new = rt.store.see_notice(notice_id=notice.id, node_id=node.id if node else None,
-                                  instance_id=notice.instance_id, kind=str(notice.kind), issued_at=notice.issued_at,
-                                  deadline=notice.deadline, reason=notice.reason, at=received_at,
-                                  delivered_at=notice.delivered_at, pool=notice.pool or (node.pool if node else None))
-        if new and node is not None:
-            notice_event(rt.store, notice, node, received_at)
-    if node is None or not node.live:
-        out["action"] = "none: not one of our live nodes"
-        return out
-    if notice.kind is NoticeKind.HARD and node.state in (NodeState.ACTIVE, NodeState.ADVISED, NodeState.BUILDING):
-        kind, why = "drain", f"hard notice {notice.id} ({notice.reason or 'reclaim'}), handled by the watcher"
-    elif notice.kind is not NoticeKind.HARD and node.state is NodeState.ACTIVE and not node.cordoned:
-        kind, why = "cordon", f"{notice.kind.value} advisory {notice.id} ({notice.reason or 'reclaim risk'}): " \
-                              "stop new placements"
-    else:
-        out["action"] = f"none: node {node.id} is {node.state}"
-        return out
-    action = Action(id="w-" + hashlib.sha1(f"{notice.id}|{kind}".encode()).hexdigest()[:12], kind=kind,
-                    priority=Priority.RECLAIM, reason=why, pool=node.pool, node=node.id, deadline=notice.deadline,
-                    inputs={"notice": notice.id, "received_at": received_at, "source": "watcher"})
+    events: list[dict] = []
+    todo: list[tuple[dict, Action, Node]] = []
+    for notice in notices:
+        out: dict = {"notice": notice.id, "kind": str(notice.kind), "instance_id": notice.instance_id,
+                     "deadline_in_s": None if notice.deadline is None else round(notice.deadline - received_at, 3),
+                     "delivery_latency_s": None if notice.delivered_at is None else
+                     round(notice.delivered_at - notice.issued_at, 3)}
+        events.append(out)
+        node = rt.store.node_by_instance(notice.instance_id)
+        with rt.store.tx():
+            new = rt.store.see_notice(notice_id=notice.id, node_id=node.id if node else None,
+                                      instance_id=notice.instance_id, kind=str(notice.kind),
+                                      issued_at=notice.issued_at, deadline=notice.deadline, reason=notice.reason,
+                                      at=received_at, delivered_at=notice.delivered_at,
+                                      pool=notice.pool or (node.pool if node else None))
+            if new and node is not None:
+                notice_event(rt.store, notice, node, received_at)
+        if node is None or not node.live:
+            out["action"] = "none: not one of our live nodes"
+            continue
+        if notice.kind is NoticeKind.HARD and node.state in (NodeState.ACTIVE, NodeState.ADVISED, NodeState.BUILDING):
+            kind, why = "drain", f"hard notice {notice.id} ({notice.reason or 'reclaim'}), handled by the watcher"
+        elif notice.kind is not NoticeKind.HARD and node.state is NodeState.ACTIVE and not node.cordoned:
+            kind, why = "cordon", f"{notice.kind.value} advisory {notice.id} ({notice.reason or 'reclaim risk'}): " \
+                                  "stop new placements"
+        else:
+            out["action"] = f"none: node {node.id} is {node.state}"
+            continue
+        if any(a.node == node.id for _, a, _ in todo):
+            out["action"] = f"none: node {node.id} is handled by another notice of this batch"
+            continue
+        action = Action(id="w-" + hashlib.sha1(f"{notice.id}|{kind}".encode()).hexdigest()[:12], kind=kind,
+                        priority=Priority.RECLAIM, reason=why, pool=node.pool, node=node.id, deadline=notice.deadline,
+                        inputs={"notice": notice.id, "received_at": received_at, "source": "watcher"})
+        todo.append((out, action, node))
+    if not todo:
+        return events
     _lock(rt, stop)
     try:
-        fresh = rt.store.node(node.id)
-        if kind == "drain" and fresh.notice_id != notice.id:
-            rt.store.update_node(fresh, notice_id=notice.id, notice_deadline=notice.deadline)
-        result: Outcome = execute(rt, action, None)
+        drains = []
+        for out, action, node in todo:
+            fresh = rt.store.node(node.id)
+            if action.kind == "drain" and fresh.notice_id != action.inputs["notice"]:
+                rt.store.update_node(fresh, notice_id=action.inputs["notice"], notice_deadline=action.deadline)
+            if action.kind == "drain":
+                drains.append((out, action))
+        results = dict(zip((a.id for _, a in drains), execute_drains(rt, [a for _, a in drains], None)))
+        for out, action, node in todo:
+            result: Outcome = results[action.id] if action.id in results else execute(rt, action, None)
+            out.update(action=action.kind, node=node.id, status=result.status,
+                       seconds_to_accepted=round(time.monotonic() - t0, 4),
+                       schedulers=result.data.get("accepted_seconds"))
     finally:
         rt.store.unlock()
-    out.update(action=kind, node=node.id, status=result.status,
-               seconds_to_accepted=round(time.monotonic() - t0, 4), schedulers=result.data.get("accepted_seconds"))
-    return out
+    return events
 
 
 def continue_drains(rt: Runtime) -> list[Outcome]:
@@ -134,17 +160,17 @@ def watch(rt: Runtime, *, stop: threading.Event, wait: float = 20.0, max_batches
             backoff = min(backoff * 2, 30.0)
             continue
         received = rt.now()
-        for nt in notices:
-            stats["notices"] += 1
-            try:
-                ev = handle(rt, nt, received, stop)
-            except SpotctlError as e:
-                stats["errors"] += 1
-                ev = {"notice": nt.id, "error": e.message}
-                log.warning("notice %s: %s", nt.id, e.message)
+        stats["notices"] += len(notices)
+        try:
+            evs = handle_batch(rt, notices, received, stop) if notices else []
+        except SpotctlError as e:
+            stats["errors"] += 1
+            evs = [{"notice": nt.id, "error": e.message} for nt in notices]
+            log.warning("notices %s: %s", ", ".join(nt.id for nt in notices), e.message)
+        for ev in evs:
             if ev.get("status"):
                 stats["handled"] += 1
-            log.info("notice %s: %s", nt.id, ev)
+            log.info("notice %s: %s", ev["notice"], ev)
             if on_event:
                 on_event(ev)
         if nxt != cursor:

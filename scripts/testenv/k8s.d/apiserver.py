@@ -404,10 +404,12 @@ class Store:
                     if key in self.objs["pods"]:
                         self.delete("pods", *key)
 
-    def items(self, resource, ns=None):
+    def items(self, resource, ns=None, match=None):
+        """Objects (copies) in name order, and the current resourceVersion; ``match`` filters before
+        copying (like the real server's watch-cache indexes: a node's pods cost what they are)."""
         with self.cv:
             return [copy.deepcopy(o) for (ons, _), o in sorted(self.objs[resource].items(), key=lambda kv: kv[0])
-                    if ns is None or ons == ns], str(self.rv)
+                    if (ns is None or ons == ns) and (match is None or match(o))], str(self.rv)
 
     def reset(self):
         with self.cv:
@@ -624,8 +626,7 @@ class Handler(BaseHTTPRequestHandler):
 
         if q.get("watch") in ("true", "1"):
             return self._watch(res, q, match)
-        items, rv = self.store.items(res, ns)
-        items = [o for o in items if match(o)]
+        items, rv = self.store.items(res, ns, match)
         offset = 0
         if q.get("continue"):
             try:
@@ -824,8 +825,8 @@ class Handler(BaseHTTPRequestHandler):
             raise HttpError(400, "BadRequest", "name in URL does not match name in Eviction object")
         pod = self.store.get("pods", ns, name)
         labels = pod["metadata"].get("labels") or {}
-        pdbs, _ = self.store.items("poddisruptionbudgets", ns)
-        pdbs = [p for p in pdbs if selector_match(p["spec"].get("selector"), labels)]
+        pdbs, _ = self.store.items("poddisruptionbudgets", ns,
+                                   lambda p: selector_match(p["spec"].get("selector"), labels))
         result = "evicted"
         try:
             if len(pdbs) > 1:
@@ -922,9 +923,8 @@ def _grace(q: dict, body) -> int | None:
 
 def _allowed(store: Store, pdb: dict, ns: str) -> int:
     """Disruptions a PDB allows now (what the disruption controller would put in its status)."""
-    pods, _ = store.items("pods", ns)
     sel = pdb["spec"].get("selector")
-    matching = [p for p in pods if selector_match(sel, p["metadata"].get("labels") or {})]
+    matching, _ = store.items("pods", ns, lambda p: selector_match(sel, p["metadata"].get("labels") or {}))
     healthy = sum(1 for p in matching if _ready(p))
     expected = len(matching)
 
