@@ -23,9 +23,16 @@ jobs always goes through ``scontrol`` (no REST version offers it). ``scontrol``
 runs with the same JWT as the REST calls (``SLURM_JWT`` in its own environment
 only), so it acts as the same Slurm user.
 
-Errors are translated here: 401/403 and rejected tokens -> AuthError; refused
-connections and server errors -> UnavailableError / TemporaryError; an unknown
-node -> NotFoundError.
+Errors are translated here: 401/403 and rejected tokens -> AuthError (Slurm
+>= 23.11 answers a token slurmctld rejects with HTTP 511, 22.05 with HTTP 500
+"Unspecified error"); refused connections and server errors -> UnavailableError /
+TemporaryError; an unknown node -> NotFoundError (HTTP 404, or HTTP 500 with
+Slurm error 2018 from a v0.0.39+ node update).
+
+Object shapes: v0.0.38 sends plain numbers, v0.0.40+ ``{"set", "infinite",
+"number"}`` objects, state lists, and partition limits under ``maximums`` (see
+``_num``, ``_flags``, ``partition_max_nodes``). Both are tested against real
+slurmrestds: 22.05 (v0.0.38) and 24.11 (v0.0.40-v0.0.42), scripts/testenv/slurm{,24}.
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from spotctl.core.errors import (
     TemporaryError,
     UnavailableError,
 )
-from spotctl.core.models import Exclusion, NodeUsage, PoolSpec, Scheduler, Shape, WorkUnit
+from spotctl.core.models import DrainProgress, Exclusion, NodeUsage, PoolSpec, Scheduler, Shape, WorkUnit
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +77,15 @@ _EXCLUDED_REASONS = {
     "BeginTime": "begin time is in the future",
     "None": "not yet evaluated by the Slurm scheduler",
 }
+
+
+ESLURM_INVALID_NODE_NAME = 2018  # slurm_errno.h: "Invalid node name specified"
+
+
+def _error_numbers(body: dict | None) -> set[int]:
+    errs = (body or {}).get("errors") or []
+    return {e["error_number"] for e in errs if isinstance(e, dict) and isinstance(e.get("error_number"), int)} \
+        if isinstance(errs, list) else set()
 
 
 def version_key(v: str) -> tuple[int, ...]:
@@ -106,6 +122,17 @@ def _text(v) -> str:
     if isinstance(v, list):
         return ",".join(str(x) for x in v)
     return str(v)
+
+
+def partition_max_nodes(p: dict):
+    """A partition's MaxNodes (per job), None when unlimited or not given.
+
+    v0.0.38/v0.0.39: ``maximum_nodes_per_job``; v0.0.40+: ``maximums.nodes`` (``{"set", "infinite", "number"}``).
+    """
+    maximums = p.get("maximums")
+    if isinstance(maximums, dict) and "nodes" in maximums:
+        return _num(maximums["nodes"], None)
+    return _num(p.get("maximum_nodes_per_job"), None)
 
 
 def expand_hostlist(expr: str) -> list[str]:
@@ -347,35 +374,46 @@ class SlurmScheduler:
             body = parsed if isinstance(parsed, dict) else None
         except ValueError:
             body = None
-        if r.status_code in (401, 403):
-            msg = (r.text or r.reason or "").strip()[:300]
-            raise AuthError(f"slurm: slurmrestd refused user {self.user!r} (HTTP {r.status_code}): {msg}",
-                            hint=f"check the token ({self._token.source}); scontrol token username={self.user}")
-        if r.status_code == 404:
-            raise NotFoundError(f"slurm: {what}: not found (HTTP 404): {self._message(r, body)}")
-        if r.status_code in (409, 429) or r.status_code >= 500:
-            raise TemporaryError(f"slurm: {what}: HTTP {r.status_code}: {self._message(r, body)}",
-                                 details={"status": r.status_code})
         if r.status_code >= 400:
-            raise UnavailableError(f"slurm: {what}: HTTP {r.status_code}: {self._message(r, body)}",
-                                   details={"status": r.status_code})
+            raise self._http_error(r.status_code, body, (r.text or r.reason or ""), what)
         if body is None:
             raise UnavailableError(f"slurm: {what}: the answer is not a JSON object (HTTP {r.status_code})")
         return body
 
+    def _http_error(self, status: int, body: dict | None, text: str, what: str) -> SpotctlError:
+        """The error for an HTTP error answer of slurmrestd (``body``: its JSON object, if it sent one)."""
+        msg = self._message_of(body, text)
+        if status in (401, 403):
+            return AuthError(f"slurm: slurmrestd refused user {self.user!r} (HTTP {status}): {msg}",
+                             hint=f"check the token ({self._token.source}); scontrol token username={self.user}")
+        if status == 511:
+            # Slurm >= 23.11: slurmctld rejected the token slurmrestd passed through (bad signature,
+            # unknown key); the answer carries no error entry. 22.05 says HTTP 500 instead (_check_access).
+            return AuthError(f"slurm: slurmctld refuses the token of user {self.user!r} from {self._token.source} "
+                             f"(slurmrestd: HTTP 511, {msg})",
+                             hint=f"generate a new one: scontrol token username={self.user}")
+        if status == 404 or ESLURM_INVALID_NODE_NAME in _error_numbers(body):
+            # v0.0.39+ node updates answer an unknown node with HTTP 500 and error 2018
+            return NotFoundError(f"slurm: {what}: not found (HTTP {status}): {msg}")
+        if status in (409, 429) or status >= 500:
+            return TemporaryError(f"slurm: {what}: HTTP {status}: {msg}", details={"status": status})
+        return UnavailableError(f"slurm: {what}: HTTP {status}: {msg}", details={"status": status})
+
     @staticmethod
-    def _message(r, body: dict | None) -> str:
-        if body:
+    def _message_of(body: dict | None, text: str) -> str:
+        """slurmrestd's error entries; the raw text only when the answer is not JSON."""
+        if body is not None:
             errs = body.get("errors") or []
             parts = []
             for e in errs if isinstance(errs, list) else []:
                 if isinstance(e, dict):
                     parts.append(" / ".join(str(e[k]) for k in ("description", "error", "source") if e.get(k)))
-            if parts:
-                return "; ".join(parts)
-        if r is None:
-            return "(no message)"
-        return (r.text or r.reason or "").strip()[:300]
+            return "; ".join(p for p in parts if p) or "no error message"
+        return (text or "").strip()[:300] or "no error message"
+
+    @classmethod
+    def _message(cls, r, body: dict | None) -> str:
+        return cls._message_of(body, "" if r is None else (r.text or r.reason or ""))
 
     def _api(self, path: str, method: str = "GET", **kw) -> dict:
         self.discover()
@@ -561,7 +599,7 @@ class SlurmScheduler:
         if reason == "Priority" and not short_of_nodes.intersection(parts):
             return excl("waits for priority behind jobs that are not short of nodes")
         if reason == "PartitionNodeLimit":
-            limits = [_num(partitions.get(p, {}).get("maximum_nodes_per_job"), None) for p in parts]
+            limits = [partition_max_nodes(partitions.get(p, {})) for p in parts]
             limits = [x for x in limits if x is not None and x >= 0]
             if limits and node_count > max(limits):
                 return excl("asks more nodes than its partition allows per job (MaxNodes)")
@@ -671,17 +709,22 @@ class SlurmScheduler:
         """DRAIN the node with our reason: no new jobs; running ones go on."""
         self._update(node, "DRAIN", reason)
 
-    def drain(self, node: str, reason: str, deadline: float | None) -> None:
-        """DRAIN with our reason, then requeue the node's running jobs (they restart elsewhere)."""
+    def drain(self, node: str, reason: str, deadline: float | None, force: bool = False) -> DrainProgress:
+        """One drain round: DRAIN with our reason, then requeue the node's running jobs (they restart
+        elsewhere). Requeueing is already the forceful move, so ``force`` changes nothing here. Jobs
+        still completing on the node (requeued, their steps not yet gone) count as remaining."""
         name = self.slurm_name(node)
         self._update(node, "DRAIN", reason)
         self._jobs_cache = None
-        ids = sorted({int(j["job_id"]) for j in self._jobs()
-                      if {"RUNNING", "CONFIGURING", "SUSPENDED"} & _flags(j.get("job_state"))
-                      and name in expand_hostlist(_text(j.get("nodes"))) and isinstance(j.get("job_id"), int)})
+        on_node = [j for j in self._jobs() if name in expand_hostlist(_text(j.get("nodes")))
+                   and isinstance(j.get("job_id"), int)]
         self._jobs_cache = None
+        ids = sorted({int(j["job_id"]) for j in on_node
+                      if {"RUNNING", "CONFIGURING", "SUSPENDED"} & _flags(j.get("job_state"))})
+        leaving = sum(1 for j in on_node if "COMPLETING" in _flags(j.get("job_state"))
+                      and int(j["job_id"]) not in ids)
         if not ids:
-            return
+            return DrainProgress(scheduler=self.name, remaining=leaving)
         if not self.scontrol:
             raise UnavailableError(f"slurm: drained {name} but cannot requeue its jobs {ids}: no scontrol on this host")
         failed = []
@@ -692,6 +735,8 @@ class SlurmScheduler:
         if failed:
             raise TemporaryError(f"slurm: drained {name}; requeue failed for " + "; ".join(failed))
         log.info("slurm: drained %s and requeued jobs %s", name, ids)
+        # requeued jobs leave the node as their steps end: they count until a later round sees them gone
+        return DrainProgress(scheduler=self.name, remaining=leaving + len(ids), moved=len(ids))
 
     def resume(self, node: str) -> None:
         """Clear DRAIN (and DOWN): the node takes work again."""

@@ -1,7 +1,14 @@
-"""The Slurm adapter against a real Slurm (slurmctld, slurmd ×4, slurmrestd with JWT) from scripts/testenv/slurm.
+"""The Slurm adapter against real Slurms (slurmctld, slurmd ×4, slurmrestd with JWT), two versions:
 
-Jobs are submitted with sbatch as a user would; spotctl runs as a subprocess on the `lab` region
-(simulated cloud, real Slurm). Nodes spot-lab-n1/n2 are "ours" (named like spot node ids).
+* ``slurm``: Slurm 22.05 from scripts/testenv/slurm (REST v0.0.38: cannot update nodes, so drain and
+  resume go through ``scontrol``); nodes spot-lab-n1/n2 (ours), od-n1/n2;
+* ``slurm24``: Slurm 24.11 from scripts/testenv/slurm24, in a Debian 13 root (REST v0.0.40-v0.0.42:
+  drain and resume go over REST); nodes spot-lab24-n1/n2 (ours), od24-n1/n2. Its client commands run
+  inside that root ($SLURM24_BIN wrappers), the adapter's ``scontrol`` (job requeue) too.
+
+Every adapter check runs on both (the ``env`` fixture is parametrized); the dynamic-node test is about
+the 22.05 cluster's layout (its `dyn-add` helper) and runs there only. Jobs are submitted with sbatch as
+a user would; spotctl runs as a subprocess on a `lab` region (simulated cloud, real Slurm).
 """
 
 from __future__ import annotations
@@ -24,15 +31,29 @@ from . import conftest as harness
 pytestmark = pytest.mark.integration
 
 SPOTCTL = str(Path(sys.executable).with_name("spotctl"))
-SCRIPT = str(harness.ROOT / "scripts" / "testenv" / "slurm")
+TESTENV = harness.ROOT / "scripts" / "testenv"
+SCRIPT = str(TESTENV / "slurm")
 REASON = "spotctl: hard notice n-42 for instance i-1 (test)"
 
+# per test service: the nodes of its cluster (the first two are ours) and how it updates nodes
+CLUSTERS = {
+    "slurm": {"nodes": ("spot-lab-n1", "spot-lab-n2", "od-n1", "od-n2"), "drain_method": "scontrol"},
+    "slurm24": {"nodes": ("spot-lab24-n1", "spot-lab24-n2", "od24-n1", "od24-n2"), "drain_method": "rest"},
+}
 
-@pytest.fixture(scope="module")
-def env():
-    e = harness.testenv("slurm")
-    if not e.get("SLURM_REST_URL"):
-        pytest.fail("scripts/testenv/slurm env printed no SLURM_REST_URL")
+
+@pytest.fixture(scope="module", params=sorted(CLUSTERS))
+def env(request):
+    """The exports of one Slurm test service, under the names of scripts/testenv/slurm's (SLURM_*)."""
+    name = request.param
+    e = harness.testenv(name)
+    if name == "slurm24":
+        e = {k[len("SLURM24_"):] if k.startswith("SLURM24_") else k: v for k, v in e.items()}
+        e = {("SLURM_" + k if not k.startswith("SLURM") and k != "SPOTCTL_CONFIG" else k): v for k, v in e.items()}
+        e["SCONTROL"] = os.path.join(e["SLURM_BIN"], "scontrol")
+    if not e.get("SLURM_REST_URL") or not e.get("SPOTCTL_CONFIG"):
+        pytest.fail(f"scripts/testenv/{name} env printed no REST URL or spotctl config: {sorted(e)}")
+    e.update(CLUSTERS[name], service=name, script=str(TESTENV / name))
     return e
 
 
@@ -40,6 +61,8 @@ def slurm_cli(env, *args, check=True, timeout=30) -> str:
     """Run a Slurm client command as a user would (munge auth: SLURM_JWT must not be set)."""
     e = {k: v for k, v in os.environ.items() if k != "SLURM_JWT"}
     e["SLURM_CONF"] = env["SLURM_CONF"]
+    if env.get("SLURM_BIN"):  # 24.11: its own clients, inside its root
+        args = (os.path.join(env["SLURM_BIN"], args[0]), *args[1:])
     p = subprocess.run(list(args), capture_output=True, text=True, env=e, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({p.returncode}): {p.stderr}")
@@ -83,12 +106,12 @@ def reset(env):
     if ids:
         slurm_cli(env, "scancel", *map(str, ids), check=False)
         wait(lambda: not jobs(env), what="jobs cancelled")
-    for n in ("spot-lab-n1", "spot-lab-n2", "od-n1", "od-n2"):
+    for n in env["nodes"]:
         state = node_info(env, n).get("State", "")
         if "DRAIN" in state or "DOWN" in state:
             slurm_cli(env, "scontrol", "update", f"nodename={n}", "state=resume", check=False)
     wait(lambda: all(node_info(env, n).get("State", "").split("+")[0] == "IDLE"
-                     for n in ("spot-lab-n1", "spot-lab-n2", "od-n1", "od-n2")), what="nodes idle")
+                     for n in env["nodes"]), what="nodes idle")
 
 
 @pytest.fixture
@@ -110,7 +133,7 @@ def config_with(env, tmp_path, **slurm) -> str:
     text = Path(env["SPOTCTL_CONFIG"]).read_text()
     head = text[: text.index("[regions.lab.slurm]")]
     table = {"url": env["SLURM_REST_URL"], "user": env["SLURM_REST_USER"], "token_file": env["SLURM_REST_TOKEN_FILE"],
-             "slurm_conf": env["SLURM_CONF"], "timeout_seconds": 10}
+             "slurm_conf": env["SLURM_CONF"], "scontrol": env.get("SCONTROL"), "timeout_seconds": 10}
     table.update(slurm)
     lines = [f"{k} = {json.dumps(v)}" for k, v in table.items() if v is not None]
     path = tmp_path / "spotctl.toml"
@@ -135,7 +158,8 @@ def adapter(env, tmp_path=None, **slurm):
 def test_pending_jobs_become_demand_or_are_excluded_with_their_reason(cluster, tmp_path):
     env = cluster
     fill = [sbatch(env, "-p", "spot", "-c4", "-t", "10") for _ in range(2)]  # both spot nodes busy
-    wait(lambda: all(jobs(env)[j]["state"] == "RUNNING" for j in fill), what="spot nodes filled")
+    fill.append(sbatch(env, "-p", "ondemand", "-N2", "-c4", "-t", "10"))  # both ondemand nodes busy
+    wait(lambda: all(jobs(env)[j]["state"] == "RUNNING" for j in fill), what="spot and ondemand nodes filled")
     resources = sbatch(env, "-p", "spot", "-c4", "--mem=1000", "-t", "30")
     priority = sbatch(env, "-p", "spot", "-c1", "-C", "bigmem", "-t", "5")
     multi = sbatch(env, "-p", "spot", "-N2", "-c2", "-t", "20")  # two nodes: two units
@@ -143,9 +167,9 @@ def test_pending_jobs_become_demand_or_are_excluded_with_their_reason(cluster, t
     dep = sbatch(env, "-p", "spot", "-t", "5", f"--dependency=afterok:{held}")
     later = sbatch(env, "-p", "spot", "-t", "5", "--begin=now+1hour")
     too_big = sbatch(env, "-p", "spot", "-N3", "-t", "5")  # partition spot: MaxNodes=2
-    ondemand = sbatch(env, "-p", "ondemand", "-N3", "-t", "5")  # not a spot partition
+    ondemand = sbatch(env, "-p", "ondemand", "-c4", "-t", "5")  # short of nodes, but not a spot partition
     want = {resources: "Resources", priority: "Priority", held: "JobHeldUser", dep: "Dependency",
-            later: "BeginTime", too_big: "PartitionNodeLimit", ondemand: "PartitionNodeLimit"}
+            later: "BeginTime", too_big: "PartitionNodeLimit", ondemand: "Resources"}
     wait(lambda: all(jobs(env)[j]["reason"] == r for j, r in want.items()), what=f"pending reasons {want}")
     assert jobs(env)[multi]["reason"] in ("Resources", "Priority")
 
@@ -186,51 +210,57 @@ def test_pending_jobs_become_demand_or_are_excluded_with_their_reason(cluster, t
 
 def test_drain_sets_drain_with_our_reason_and_requeues_the_running_job_and_resume_clears_it(cluster):
     env = cluster
-    job = sbatch(env, "-p", "spot", "-c4", "-t", "10", "-w", "spot-lab-n1")
+    n1, n2 = env["nodes"][:2]
+    job = sbatch(env, "-p", "spot", "-c4", "-t", "10", "-w", n1)
     wait(lambda: jobs(env).get(job, {}).get("state") == "RUNNING", what="job running")
     sched, _ = adapter(env)
+    assert sched.drain_method() == env["drain_method"]  # 22.05: scontrol; 24.11: REST
     usage = {u.node: u for u in sched.usage()}
-    assert set(usage) == {"spot-lab-n1", "spot-lab-n2"}  # od-n* are not ours
-    assert usage["spot-lab-n1"].running == 1 and usage["spot-lab-n1"].used.vcpu == 4
-    assert not usage["spot-lab-n1"].cordoned and usage["spot-lab-n2"].running == 0
+    assert set(usage) == {n1, n2}  # od-n* are not ours
+    assert usage[n1].running == 1 and usage[n1].used.vcpu == 4
+    assert not usage[n1].cordoned and usage[n2].running == 0
 
     t0 = time.perf_counter()
-    sched.drain("spot-lab-n1", REASON, deadline=time.time() + 120)
+    sched.drain(n1, REASON, deadline=time.time() + 120)
     took = time.perf_counter() - t0
-    info = node_info(env, "spot-lab-n1")
+    info = node_info(env, n1)
     assert "DRAIN" in info["State"]
     assert info["Reason"].startswith(REASON)
     job_info = slurm_cli(env, "scontrol", "show", "job", str(job), "-o")
     assert "Restarts=1" in job_info  # requeued, not killed
     assert wait(lambda: jobs(env)[job]["state"] == "PENDING", what="job requeued")
     assert took < 5
-    assert {u.node: u for u in sched.usage()}["spot-lab-n1"].cordoned
+    assert {u.node: u for u in sched.usage()}[n1].cordoned
 
-    sched.resume("spot-lab-n1")
-    info = node_info(env, "spot-lab-n1")
+    sched.resume(n1)
+    info = node_info(env, n1)
     assert "DRAIN" not in info["State"]
-    assert not {u.node: u for u in sched.usage()}["spot-lab-n1"].cordoned
+    assert not {u.node: u for u in sched.usage()}[n1].cordoned
+    sched.resume(n1)  # idempotent
 
 
 def test_cordon_keeps_running_jobs(cluster):
     env = cluster
-    job = sbatch(env, "-p", "spot", "-c1", "-t", "10", "-w", "spot-lab-n2")
+    n2 = env["nodes"][1]
+    job = sbatch(env, "-p", "spot", "-c1", "-t", "10", "-w", n2)
     wait(lambda: jobs(env).get(job, {}).get("state") == "RUNNING", what="job running")
     sched, _ = adapter(env)
-    sched.cordon("spot-lab-n2", "spotctl: advisory a-1")
-    assert "DRAIN" in node_info(env, "spot-lab-n2")["State"]
+    sched.cordon(n2, "spotctl: advisory a-1")
+    assert "DRAIN" in node_info(env, n2)["State"]
     assert jobs(env)[job]["state"] == "RUNNING"
 
 
 def test_forget_sets_a_lost_static_node_down_with_a_reason(cluster):
     env = cluster
+    n2 = env["nodes"][1]
     sched, _ = adapter(env)
-    sched.forget("spot-lab-n2", "instance vanished without notice")
-    info = node_info(env, "spot-lab-n2")
+    sched.forget(n2, "instance vanished without notice")
+    info = node_info(env, n2)
     assert info["State"].startswith("DOWN")
     assert info["Reason"].startswith("instance vanished without notice")
 
 
+@pytest.mark.parametrize("env", ["slurm"], indirect=True)  # the 22.05 cluster's dyn-add helper
 def test_forget_deletes_a_dynamic_node(cluster):
     env = cluster
     name = "spot-lab-dyn1"
@@ -263,11 +293,15 @@ def test_unknown_node_is_not_found(cluster):
 def test_discovery_picks_the_newest_supported_version(env, tmp_path):
     sched, _ = adapter(env)
     sched.discover()  # on first use inside a pass; here, explicitly
-    assert "v0.0.36" in sched.served_versions  # 22.05 also serves older versions
+    if env["service"] == "slurm":
+        assert "v0.0.36" in sched.served_versions  # 22.05 also serves older versions
+        assert sched.api_version == "v0.0.38"
+    else:
+        assert sched.served_versions == ["v0.0.40", "v0.0.41", "v0.0.42"]  # 24.11
+        assert sched.api_version == "v0.0.42"
     supported = [v for v in sched.served_versions if v in ("v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")]
     assert sched.api_version == supported[-1]
-    if sched.api_version == "v0.0.38":
-        assert sched.drain_method() == "scontrol"  # 22.05 cannot update nodes over REST
+    assert sched.drain_method() == env["drain_method"]  # 22.05 cannot update nodes over REST
     pinned, _ = adapter(env, tmp_path, api_version="v0.0.42" if sched.api_version != "v0.0.42" else "v0.0.38")
     with pytest.raises(ConfigError, match="not served"):
         pinned.discover()
@@ -300,7 +334,11 @@ def test_token_with_a_bad_signature_exits_4_with_the_servers_message(env, tmp_pa
     p = spotctl(env, tmp_path, "plan", config=config_with(env, tmp_path, token_file=None, token=forged))
     assert p.returncode == 4, p.stderr
     assert "refuses the token" in p.stderr
-    assert "Unspecified error" in p.stderr  # what slurmrestd said
+    if env["service"] == "slurm":
+        assert "Unspecified error" in p.stderr  # what 22.05's slurmrestd says (HTTP 500)
+    else:
+        assert "HTTP 511" in p.stderr  # 24.11: Network Authentication Required, no error entry
+        assert '"meta"' not in p.stderr  # no raw answer dumped
     assert forged not in p.stderr and forged not in p.stdout  # never print the token
 
 
@@ -318,4 +356,4 @@ def test_slurmrestd_down_degrades_the_pass(env, tmp_path):
         assert r.returncode == 7, r.stderr
         assert "scheduler:slurm" in json.loads(r.stdout)["data"]["degraded"]
     finally:
-        subprocess.run([SCRIPT, "up"], check=True, capture_output=True, timeout=300)
+        subprocess.run([env["script"], "up"], check=True, capture_output=True, timeout=300)

@@ -18,10 +18,12 @@ from spotctl.adapters.slurm import (
     _mem_mb,
     _num,
     _Token,
+    _error_numbers,
     array_tasks,
     expand_hostlist,
+    partition_max_nodes,
 )
-from spotctl.core.errors import AuthError, ConfigError
+from spotctl.core.errors import AuthError, ConfigError, NotFoundError, TemporaryError, UnavailableError
 from spotctl.core.models import PoolClass, PoolKind, PoolSpec, Shape, SlurmBinding
 
 POOLS = {
@@ -136,6 +138,56 @@ def test_partition_node_limit_is_demand_unless_over_the_partitions_max_nodes():
     assert units(job, {"spot": {"maximum_nodes_per_job": -1}})[1] is None  # partition too small: nodes help
     ex = units(job, {"spot": {"maximum_nodes_per_job": 2}})[1]
     assert ex.reason == "asks more nodes than its partition allows per job (MaxNodes)"
+
+
+# v0.0.42 objects as Slurm 24.11's slurmrestd sent them (scripts/testenv/slurm24), trimmed
+V42 = lambda n: {"set": True, "infinite": False, "number": n}  # noqa: E731
+V42_UNSET = {"set": False, "infinite": False, "number": 0}
+V42_PARTITION_SPOT = {"name": "spot", "maximums": {"cpus_per_node": {"set": False, "infinite": True, "number": 0},
+                                                   "nodes": V42(2), "shares": 1}, "minimums": {"nodes": 0}}
+V42_PARTITION_ONDEMAND = {"name": "ondemand", "maximums": {"nodes": {"set": False, "infinite": True, "number": 0}}}
+V42_PENDING = {"job_id": 36, "job_state": ["PENDING"], "state_reason": "PartitionNodeLimit", "partition": "spot",
+               "node_count": V42(3), "cpus": V42(3), "minimum_cpus_per_node": V42(1), "memory_per_node": V42_UNSET,
+               "memory_per_cpu": V42(500), "tres_req_str": "cpu=3,mem=1500M,node=3,billing=3", "tres_per_node": "",
+               "gres_detail": [], "tres_per_job": "", "time_limit": V42(5), "priority": V42(1),
+               "submit_time": V42(1796123634), "array_task_string": "", "required_nodes": "", "features": ""}
+
+
+def test_partition_max_nodes_of_both_api_generations():
+    assert partition_max_nodes({"maximum_nodes_per_job": 2}) == 2  # v0.0.38
+    assert partition_max_nodes(V42_PARTITION_SPOT) == 2  # v0.0.40+: maximums.nodes
+    assert partition_max_nodes(V42_PARTITION_ONDEMAND) is None  # infinite
+    assert partition_max_nodes({}) is None
+
+
+def test_a_v42_job_over_its_partitions_max_nodes_is_excluded_and_within_it_is_demand():
+    ex = units(V42_PENDING, {"spot": V42_PARTITION_SPOT})[1]
+    assert ex.reason == "asks more nodes than its partition allows per job (MaxNodes)"
+    us, ex = units({**V42_PENDING, "node_count": V42(2), "cpus": V42(2)}, {"spot": V42_PARTITION_SPOT})
+    assert ex is None and len(us) == 2
+    # memory_per_node unset: memory_per_cpu (DefMemPerCPU) x CPUs per node
+    assert (us[0].shape.vcpu, us[0].shape.ram_mb, us[0].expected_seconds) == (1, 500, 300)
+    assert us[0].submitted_at == 1796123634.0
+
+
+def test_rest_errors_are_translated_by_status_and_slurm_error_number():
+    s = sched()
+    # v0.0.42 node update of an unknown node: HTTP 500 with error 2018
+    body = {"errors": [{"description": "Failure to update node spot-nope", "error_number": 2018,
+                        "error": "Invalid node name specified", "source": "_update_node"}], "warnings": []}
+    assert _error_numbers(body) == {2018}
+    e = s._http_error(500, body, json.dumps(body), "update node spot-nope to DRAIN")
+    assert isinstance(e, NotFoundError) and "Invalid node name specified" in e.message
+    # 24.11: a token slurmctld rejects is HTTP 511 with an empty error list; the raw answer is not shown
+    e = s._http_error(511, {"errors": [], "warnings": [], "meta": {"client": {"user": "alice"}}}, "{...}", "GET x")
+    assert isinstance(e, AuthError) and "HTTP 511" in e.message and "meta" not in e.message
+    e = s._http_error(401, None, "Authentication failure", "GET x")
+    assert isinstance(e, AuthError) and "Authentication failure" in e.message
+    e = s._http_error(500, {"errors": [{"error": "Unspecified error", "error_number": 1}]}, "", "GET x")
+    assert isinstance(e, TemporaryError) and "Unspecified error" in e.message
+    e = s._http_error(405, None, "Requested REST method is not defined at URL", "POST node/x")
+    assert type(e) is UnavailableError and "not defined" in e.message
+    assert isinstance(s._http_error(404, None, "", "GET job/1"), NotFoundError)
 
 
 def test_multi_partition_job_maps_to_the_served_partition():
