@@ -138,6 +138,18 @@ def write_metrics(path: str, result) -> None:
         counts[(o.kind, o.status)] = counts.get((o.kind, o.status), 0) + 1
     for (kind, status), n in sorted(counts.items()):
         lines.append(f'spotctl_actions_total{{region="{r}",kind="{kind}",status="{status}"}} {n}')
+    modes = [(d["destination"], d) for d in (result.relay or {}).values() if d.get("mode")]
+    if modes:
+        lines += [
+            "# HELP spotctl_relay_transactional Whether the relay's producer uses a transaction per batch (last seen).",
+            "# TYPE spotctl_relay_transactional gauge",
+            *(f'spotctl_relay_transactional{{region="{r}",destination="{dest}",mode="{d["mode"]}"}} '
+              f'{1 if d["mode"] == "transactional" else 0}' for dest, d in modes),
+            "# HELP spotctl_relay_degraded Whether the relay delivers in a weaker mode than configured (last seen).",
+            "# TYPE spotctl_relay_degraded gauge",
+            *(f'spotctl_relay_degraded{{region="{r}",destination="{dest}"}} {1 if d["degraded"] else 0}'
+              for dest, d in modes),
+        ]
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -7,7 +7,7 @@ Region table ``[regions.R.kafka]``::
     client_id = "spotctl-R"                          # default spotctl-<region>
     max_wait_seconds = 10        # longest a pass waits for an unavailable broker
     batch_size = 500             # events per produce batch / transaction
-    transactions = true          # use a transaction per batch when the broker supports them
+    transactions = true          # a transaction per batch; a broker without them is a degraded state
     security_protocol = "SASL_SSL"   # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
     sasl_mechanism = "SCRAM-SHA-512"
     sasl_plain_username = "spotctl"
@@ -16,8 +16,8 @@ Region table ``[regions.R.kafka]``::
 
 Guarantees: ``acks=all`` and an idempotent producer (no broker-side duplicates
 from retries, order kept per partition); each batch in one transaction with a
-stable ``transactional.id`` per region when the broker supports transactions,
-so that a relay killed mid-batch leaves nothing visible to ``read_committed``
+stable ``transactional.id`` per region when the broker supports them, so that
+a relay killed mid-batch leaves nothing visible to ``read_committed``
 consumers and the next relay fences the dead one. Records are CloudEvents 1.0
 in structured mode (``content-type: application/cloudevents+json``), keyed by
 node id (one node's events stay in one partition, in order). A batch counts as
@@ -25,8 +25,18 @@ delivered only when the broker acknowledged all of it (and the transaction
 committed). Consumers must still drop duplicates by CloudEvents ``id``: a crash
 between the broker's acknowledgement and the outbox mark re-sends the batch.
 
-Nothing here is specific to a broker implementation: the API version is
-negotiated, and transactions are used only when the broker offers them.
+The producer's **mode** (``KafkaRelay.mode``) is known after the first
+connection: ``transactional``, ``idempotent`` or ``acks-all`` (acks=all only:
+a broker older than 0.11). Which one is decided from what the broker offers
+(its ApiVersions: InitProducerId, AddPartitionsToTxn, EndTxn), so nothing here
+is specific to a broker implementation. A mode weaker than the configuration
+asks for (``transactions = true`` → transactional; ``false`` → idempotent) is
+not silent: ``KafkaRelay.degraded`` says why, the adapter logs a warning, and
+the relay step records it as a degraded state of the pass that ``spotctl
+status`` and the reconciler's metrics show (``spotctl.ops.relay``). Setting
+``transactions = false`` accepts the idempotent producer: its weaker crash
+behaviour (a relay killed mid-batch can leave part of the batch visible, sent
+again by the next pass) is then the operator's choice, not a degradation.
 """
 
 from __future__ import annotations
@@ -43,6 +53,10 @@ from spotctl.core.errors import AuthError, ConfigError, TemporaryError, Unavaila
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = b"application/cloudevents+json; charset=UTF-8"
+#: Kafka API keys a transactional producer needs (KIP-98), and the one an idempotent producer needs.
+TXN_APIS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 26: "EndTxn"}
+IDEMPOTENCE_API = 22
+MODES = ("transactional", "idempotent", "acks-all")
 _SECURITY_KEYS = ("security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
                   "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname")
 
@@ -66,9 +80,15 @@ class KafkaRelay:
         self.security = dict(security or {})
         self.linger_ms = linger_ms
         self.batch_size = max(1, int(batch_size))  # rows per relay batch (one transaction each)
-        self.transactional = False  # known after the first connection
+        self.mode: str | None = None  # one of MODES, known after the first connection
+        self.degraded: str | None = None  # why `mode` is weaker than the configuration asks; None when it is not
         self.last_error: str | None = None
         self._producer = None
+
+    @property
+    def transactional(self) -> bool:
+        """Whether the producer of the last connection uses a transaction per batch."""
+        return self.mode == "transactional"
 
     @classmethod
     def from_config(cls, region: RegionConfig) -> "KafkaRelay":
@@ -119,7 +139,7 @@ class KafkaRelay:
         except KafkaError as e:
             self._reset(abort=True)
             raise _translate(e, self) from None
-        except TemporaryError:
+        except BaseException:  # TemporaryError from a bound, or anything else: never leave a transaction open
             self._reset(abort=True)
             raise
 
@@ -128,19 +148,32 @@ class KafkaRelay:
 
     # -- internals -----------------------------------------------------------------
 
-    def _config(self, transactional: bool) -> dict:
+    def _config(self, mode: str) -> dict:
         ms = int(self.max_wait_seconds * 1000)
         cfg: dict[str, Any] = dict(
             bootstrap_servers=self.bootstrap_servers, client_id=self.client_id, acks="all", linger_ms=self.linger_ms,
             batch_size=256 * 1024, max_block_ms=ms, request_timeout_ms=max(1000, min(ms, 30000)),
             delivery_timeout_ms=max(ms + 1000, min(ms, 30000) + self.linger_ms + 1),
             bootstrap_timeout_ms=ms, reconnect_backoff_max_ms=1000, retry_backoff_ms=100, **self.security)
-        if transactional:
+        if mode == "transactional":
             cfg["transactional_id"] = self.transactional_id
             cfg["transaction_timeout_ms"] = max(10000, 6 * ms)
         else:
-            cfg["enable_idempotence"] = True
+            cfg["enable_idempotence"] = mode == "idempotent"
         return cfg
+
+    def _offered(self) -> set[int]:
+        """The API keys the broker advertises (ApiVersions), through kafka-python's public admin client."""
+        from kafka import KafkaAdminClient
+
+        ms = int(self.max_wait_seconds * 1000)
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id=self.client_id,
+                                 request_timeout_ms=max(1000, min(ms, 30000)), bootstrap_timeout_ms=ms,
+                                 reconnect_backoff_max_ms=1000, retry_backoff_ms=100, **self.security)
+        try:
+            return {int(k) for k in admin.api_versions()}
+        finally:
+            admin.close()
 
     def _connect(self):
         if self._producer is not None:
@@ -148,33 +181,47 @@ class KafkaRelay:
         from kafka import KafkaProducer
         from kafka.errors import KafkaConfigurationError, UnsupportedVersionError
 
+        offered = self._offered()
+        why = None
         if self.transactions:
-            try:
-                p = KafkaProducer(**self._config(transactional=True))
-            except KafkaConfigurationError as e:  # broker older than 0.11: no transactions, no idempotence
-                log.info("kafka: broker does not support transactions (%s); using an idempotent producer", e)
-                self.transactions = False
+            missing = [name for key, name in TXN_APIS.items() if key not in offered]
+            if missing:
+                why = f"the broker does not offer transactions (no {', '.join(missing)} API)"
             else:
                 try:
-                    _bounded(p.init_transactions, self.max_wait_seconds, "initialise transactions")
-                except UnsupportedVersionError as e:
-                    log.info("kafka: broker does not support transactions (%s); using an idempotent producer", e)
-                    p.close(timeout=0)
-                    self.transactions = False
-                except BaseException:
-                    p.close(timeout=0)
-                    raise
+                    p = KafkaProducer(**self._config("transactional"))
+                except KafkaConfigurationError as e:  # kafka-python: a broker older than 0.11
+                    why = f"the broker does not offer transactions ({e})"
                 else:
-                    self._producer, self.transactional = p, True
-                    return p
-        cfg = self._config(transactional=False)
-        try:
-            p = KafkaProducer(**cfg)
-        except KafkaConfigurationError:
-            cfg.pop("enable_idempotence")  # let the client fall back to acks=all without idempotence
-            p = KafkaProducer(**cfg)
-        self._producer, self.transactional = p, False
-        return p
+                    try:
+                        _bounded(p.init_transactions, self.max_wait_seconds, "initialise transactions")
+                    except UnsupportedVersionError as e:  # older kafka-python versions report it here
+                        p.close(timeout=0)
+                        why = f"the broker does not offer transactions ({e})"
+                    except BaseException:
+                        p.close(timeout=0)
+                        raise
+                    else:
+                        return self._use(p, "transactional", None)
+        if IDEMPOTENCE_API in offered:
+            try:
+                p = KafkaProducer(**self._config("idempotent"))
+            except KafkaConfigurationError as e:
+                why = why or f"the broker does not offer idempotent producers ({e})"
+            else:
+                return self._use(p, "idempotent", why)
+        else:
+            why = why or "the broker does not offer idempotent producers (no InitProducerId API)"
+        return self._use(KafkaProducer(**self._config("acks-all")), "acks-all", why)
+
+    def _use(self, producer, mode: str, why: str | None):
+        self._producer, self.mode = producer, mode
+        self.degraded = None if why is None else f"{why}: using an {mode} producer" + (
+            "; a relay killed mid-batch can leave part of the batch visible, and the next pass sends it again"
+            if mode != "transactional" else "")
+        if self.degraded:
+            log.warning("kafka %s: %s", ",".join(self.bootstrap_servers), self.degraded)
+        return producer
 
     def _reset(self, *, abort: bool) -> None:
         p, self._producer = self._producer, None

@@ -62,5 +62,7 @@ def _table(console, d: dict) -> None:
                   f"{lp['tokens_used']} tokens")
     console.print(f"outbox: {d['outbox']['pending']} pending of {d['outbox']['total']}; "
                   f"audit records: {d['audit_records']}")
+    for dest, m in d.get("relay", {}).items():
+        console.print(f"relay to {dest}: {m['mode']} producer (seen {render.ts(m['seen_at'])})")
     for src, msg in d["degraded"].items():
         console.print(f"degraded {src}: {msg}")

@@ -109,11 +109,14 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
 
 
 def _relay(rt: Runtime, result: PassResult) -> dict:
-    """Outbox → Kafka and the audit service; a configured destination that is down makes the pass partial."""
+    """Outbox → Kafka and the audit service; a configured destination that is down, or that ran in a weaker
+    delivery mode than configured (Kafka without transactions), makes the pass partial."""
     configured = {dest for dest in DESTINATIONS.values() if rt.region.section(dest) is not None}
     report = relay_outbox(rt.store, rt.outlets, now=rt.now, configured=configured)
     for dest, why in report.failed.items():
         result.degraded[f"relay.{dest}"] = why
+    for dest, why in report.degraded.items():  # e.g. Kafka without transactions: delivered, but weaker
+        result.degraded[f"relay.{dest}.mode"] = why
     return report.to_dict()
 
 

@@ -15,7 +15,26 @@ they describe (``spotctl.state.store``). This step delivers them:
   ``id`` (see ``spotctl.adapters.kafka``; with ``isolation_level=read_committed``
   they also never see a batch whose transaction a crash left open);
 - **bounded**: an unavailable destination costs a pass at most its
-  ``max_wait_seconds``; its rows stay queued, the next pass tries again.
+  ``max_wait_seconds``; its rows stay queued, the next pass tries again;
+- **never silently weaker**: an outlet that can run in more than one delivery
+  mode (Kafka: ``transactional``, ``idempotent``, ``acks-all``) says which one
+  it used (``mode``) and, when that is weaker than its configuration asks,
+  why (``degraded``). The relay keeps the last mode seen in the store
+  (``kv`` key ``relay.<destination>.mode``) for ``spotctl status`` and the
+  metrics, and reports a degraded mode seen in this pass in
+  :attr:`RelayReport.degraded` (the pass is then ``partial``).
+
+**The duplicate bound.** Batches of a kind go out one at a time, and a batch is
+marked delivered right after its acknowledgement, so a crash (or a failed
+acknowledgement) re-sends at most the one batch that was in flight. With a
+transactional producer a batch whose transaction did not commit is never
+visible to ``read_committed`` consumers, so the only duplicates they can see
+come from a crash between the commit and the outbox mark: at most
+``batch_size`` duplicate events per relay crash, each a byte-identical copy of
+an event already delivered (same CloudEvents ``id``, key and payload), and 0
+after the consumer's dedupe by ``id``. Without transactions the same bound
+holds per crash *and* per failed delivery (a batch that failed halfway can
+have reached the topic in part).
 
 A region without ``[regions.R.kafka]`` / ``[regions.R.audit]`` keeps its rows
 queued: nothing is lost, and the pass is not degraded for it.
@@ -23,6 +42,7 @@ queued: nothing is lost, and the pass is not degraded for it.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -63,11 +83,16 @@ class DestinationReport:
     oldest_pending_age_s: float | None = None
     error: str | None = None
     seconds: float = 0.0
+    mode: str | None = None  # the outlet's delivery mode: seen in this pass, or the last one recorded
+    degraded: str | None = None  # why that mode is weaker than the configuration asks
+    mode_seen_at: float | None = None
+    mode_seen_now: bool = False  # the outlet connected in this pass (else: the last recorded mode)
 
     def to_dict(self) -> dict:
         return {"destination": self.destination, "configured": self.configured, "delivered": self.delivered,
                 "pending": self.pending, "oldest_pending_age_s": self.oldest_pending_age_s, "error": self.error,
-                "seconds": round(self.seconds, 4)}
+                "seconds": round(self.seconds, 4), "mode": self.mode, "degraded": self.degraded,
+                "mode_seen_at": self.mode_seen_at}
 
 
 @dataclass
@@ -78,6 +103,11 @@ class RelayReport:
     def failed(self) -> dict[str, str]:
         """Configured destinations that could not take everything: destination -> why."""
         return {r.destination: r.error for r in self.kinds.values() if r.configured and r.error}
+
+    @property
+    def degraded(self) -> dict[str, str]:
+        """Destinations whose outlet ran in a weaker mode than configured in this pass: destination -> why."""
+        return {r.destination: r.degraded for r in self.kinds.values() if r.mode_seen_now and r.degraded}
 
     def to_dict(self) -> dict:
         return {kind: r.to_dict() for kind, r in self.kinds.items()}
@@ -105,11 +135,38 @@ def relay(store: Store, outlets: Mapping[str, Outlet], *, now: Callable[[], floa
                 r.delivered, r.error = _drain(store, kind, outlet, now, max(1, size), max_rows)
             finally:
                 r.seconds = time.perf_counter() - t0
+            _note_mode(store, r, outlet, now())
         r.pending, oldest = store.outbox_pending(kind)
         r.oldest_pending_age_s = None if oldest is None else round(max(0.0, now() - oldest), 3)
         if r.error:
             log.warning("relay to %s: %s (%d rows stay queued)", dest, r.error, r.pending)
     return report
+
+
+def mode_key(destination: str) -> str:
+    return f"relay.{destination}.mode"
+
+
+def last_modes(store: Store) -> dict[str, dict]:
+    """The last delivery mode recorded per destination: {"kafka": {"mode", "degraded", "seen_at"}}."""
+    out = {}
+    for dest in DESTINATIONS.values():
+        raw = store.get_value(mode_key(dest))
+        if raw:
+            out[dest] = json.loads(raw)
+    return out
+
+
+def _note_mode(store: Store, r: DestinationReport, outlet: Outlet, at: float) -> None:
+    mode = getattr(outlet, "mode", None)
+    if mode is not None:  # the outlet connected in this pass: record what it saw
+        r.mode, r.degraded, r.mode_seen_at, r.mode_seen_now = mode, getattr(outlet, "degraded", None), at, True
+        store.set_value(mode_key(r.destination), json.dumps({"mode": mode, "degraded": r.degraded, "seen_at": at}), at)
+        # (the outlet itself logs the warning when it picks a degraded mode)
+    else:
+        last = last_modes(store).get(r.destination)
+        if last:
+            r.mode, r.degraded, r.mode_seen_at = last["mode"], last["degraded"], last["seen_at"]
 
 
 def _drain(store: Store, kind: str, outlet: Outlet, now: Callable[[], float], batch_size: int,

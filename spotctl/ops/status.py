@@ -1,10 +1,11 @@
-"""``spotctl status``: pools (headroom, price), nodes, budget, last pass."""
+"""``spotctl status``: pools (headroom, price), nodes, budget, last pass, the relay's delivery modes."""
 
 from __future__ import annotations
 
 from spotctl.core.capacity import headroom
 from spotctl.core.errors import AuthError, SpotctlError
 
+from .relay import last_modes
 from .runtime import Runtime
 
 
@@ -39,6 +40,10 @@ def status(rt: Runtime, *, all_nodes: bool = False) -> dict:
             "nodes": sum(by_pool.get(name, {}).values()), "nodes_by_state": by_pool.get(name, {}),
             "max_nodes": pool.max_nodes,
         })
+    relay_modes = last_modes(rt.store)
+    for dest, m in relay_modes.items():
+        if m.get("degraded"):
+            degraded[f"relay.{dest}.mode"] = m["degraded"]
     b = rt.bucket()
     last = rt.store.last_pass()
     counts = rt.store.counts()
@@ -56,6 +61,7 @@ def status(rt: Runtime, *, all_nodes: bool = False) -> dict:
             "actor": last["actor"], "tokens_used": last["summary"].get("tokens_used"),
         },
         "outbox": {"pending": counts["outbox_pending"], "total": counts["outbox"]},
+        "relay": relay_modes,  # destination -> the delivery mode last seen: {mode, degraded, seen_at}
         "audit_records": counts["audit"],
         "degraded": degraded,
     }

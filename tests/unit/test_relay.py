@@ -1,6 +1,7 @@
 """The outbox relay (spotctl.ops.relay) against the real reference audit receiver over HTTP.
 
-Kafka is covered in tests/integration/test_record*.py (it needs the test broker).
+Kafka is covered in tests/integration/test_record*.py (it needs the test broker); here only how a
+delivery mode the relay recorded (e.g. Kafka without transactions) reaches `spotctl status`.
 Here the audit log service is the real receiver on a loopback port, sometimes
 behind a fault-injecting proxy (500s, timeouts, answers lost after storing).
 """
@@ -18,7 +19,7 @@ import pytest
 
 from spotctl.adapters.audit_http import AuditClient
 from spotctl.core.errors import AuthError, TemporaryError
-from spotctl.ops.relay import relay
+from spotctl.ops.relay import last_modes, mode_key, relay
 from spotctl.services.audit_receiver import make_server
 from spotctl.state.store import Store
 
@@ -241,3 +242,59 @@ def test_unreachable_service_is_a_temporary_error(store):
     client = AuditClient("http://127.0.0.1:9", TOKEN, timeout_seconds=0.2, max_wait_seconds=0.5)
     with pytest.raises(TemporaryError, match="cannot connect"):
         client.deliver([(k, p) for _, k, p in store.pending_batch("audit", 10)])
+
+
+def test_a_recorded_degraded_kafka_mode_shows_in_status_and_is_not_reasserted_by_a_pass_that_did_not_connect(
+        tmp_path):
+    """The relay records the mode it saw (kv ``relay.kafka.mode``); `spotctl status` shows the last one.
+    A later pass whose Kafka outlet never connected keeps that record but does not count it as this
+    pass's degradation (no evidence from this pass)."""
+    from typer.testing import CliRunner
+
+    from spotctl.adapters.kafka import KafkaRelay
+    from spotctl.cli.main import app
+
+    runner = CliRunner()
+    first = json.loads(runner.invoke(app, ["-o", "json", "status"], catch_exceptions=False).stdout)["data"]
+    assert first["relay"] == {} and not any(k.startswith("relay.") for k in first["degraded"])
+
+    db = tmp_path / "xdg-state" / "spotctl" / "demo.db"
+    why = "the broker does not offer transactions (no EndTxn API): using an idempotent producer"
+    s = Store.open(db, "demo")
+    s.set_value(mode_key("kafka"), json.dumps({"mode": "idempotent", "degraded": why, "seen_at": 1000.0}), 1000.0)
+    s.close()
+
+    r = runner.invoke(app, ["-o", "json", "status"], catch_exceptions=False)
+    data = json.loads(r.stdout)["data"]
+    assert data["relay"]["kafka"] == {"mode": "idempotent", "degraded": why, "seen_at": 1000.0}
+    assert data["degraded"]["relay.kafka.mode"] == why
+    table = runner.invoke(app, ["-o", "table", "status"], catch_exceptions=False).stdout
+    assert "relay to kafka: idempotent producer" in table and "degraded relay.kafka.mode" in table
+
+    # a pass whose broker is unreachable: the last record stands, but is not this pass's evidence
+    from spotctl.core.models import Node, NodeState
+
+    s = Store.open(db, "demo")
+    try:
+        with s.tx():  # a lifecycle event to deliver
+            s.add_node(Node(id="n1", pool="gp", state=NodeState.INTENDED, action_id="a1", created_at=1001.0,
+                            updated_at=1001.0), actor="t", reason="test")
+        out = KafkaRelay(bootstrap_servers=f"127.0.0.1:{free_port()}", topic="t", client_id="t", max_wait_seconds=1)
+        report = relay(s, {"kafka": out}, now=time.time)
+        out.close()
+        assert out.mode is None
+        ev = report.kinds["event"]
+        assert "unavailable" in report.failed["kafka"] and ev.pending >= 1
+        assert ev.mode == "idempotent" and ev.degraded == why and ev.mode_seen_at == 1000.0
+        assert report.degraded == {}
+        assert last_modes(s)["kafka"]["seen_at"] == 1000.0
+    finally:
+        s.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
