@@ -145,3 +145,45 @@ def test_one_notice_drains_the_node_in_both_schedulers_at_once(lab, tmp_path):
     finally:
         teardown(rt, s_env, job)
         http.delete(f"{k_env['K8S_URL']}/api/v1/nodes/{NODE}", timeout=10)
+
+
+def test_a_drain_whose_slurm_node_name_is_wrong_is_partial_and_names_slurm(lab, tmp_path):
+    """A misconfigured Slurm node name must not pass for a drained node: the pool is bound to Slurm
+    (it names a partition), Slurm does not know the node, so the drain is partial and says so."""
+    from spotctl.core.budget import Priority
+    from spotctl.core.planner import Action
+    from spotctl.ops.act import execute
+
+    s_env, k_env, region = lab
+    http = requests.Session()
+    http.headers["Authorization"] = f"Bearer {k_env['K8S_TOKEN']}"
+    wrong = "spot-lab-misnamed"  # known to Kubernetes only, as a wrong node_name template would make it
+    http.delete(f"{k_env['K8S_URL']}/api/v1/nodes/{wrong}", timeout=10)
+    http.post(f"{k_env['K8S_URL']}/api/v1/nodes", json={"apiVersion": "v1", "kind": "Node",
+                                                         "metadata": {"name": wrong}, "spec": {}}, timeout=10)
+    rt = runtime(region, tmp_path)
+    try:
+        now = rt.now()
+        node = Node(id=wrong, pool="vm-spot", state=NodeState.INTENDED, action_id="a-wrong", created_at=now,
+                    updated_at=now)
+        with rt.store.tx():
+            rt.store.add_node(node, actor="test", reason="test scene")
+            rt.store.transition(node, NodeState.BUILDING, reason="scene", at=now, actor="test", instance_id="i-wrong")
+            rt.store.transition(node, NodeState.ACTIVE, reason="scene", at=now, actor="test")
+        out = execute(rt, Action(id="op-wrong", kind="drain", priority=Priority.OPERATOR, reason="maintenance",
+                                 pool="vm-spot", node=wrong), None)
+        assert out.status == "partial" and out.data["missing_in"] == ["slurm"], out
+        assert "slurm: does not know the node" in out.detail
+        assert "kubernetes" in out.data["accepted_seconds"]  # Kubernetes took the drain all the same
+        rec = rt.store.audit_query(action="node.drain")[-1]
+        assert rec["target"] == wrong and rec["result"] == "partial" and rec["inputs"]["missing_in"] == ["slurm"]
+        row = next(a for a in rt.store.actions(limit=None) if a["id"] == "op-wrong")
+        assert row["status"] == "partial"
+    finally:
+        for s in rt.schedulers:
+            try:
+                s.resume(wrong)
+            except Exception:
+                pass
+        http.delete(f"{k_env['K8S_URL']}/api/v1/nodes/{wrong}", timeout=10)
+        rt.store.close()
