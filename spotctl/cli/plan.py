@@ -20,8 +20,9 @@ def plan(
     explain: Annotated[bool, typer.Option("--explain", help="Also show why each unit of demand was or was not placed.")] = False,
     history: Annotated[bool, typer.Option("--history", help="List the plans recent passes executed (newest first).")] = False,
     replay: Annotated[Optional[int], typer.Option(
-        "--replay", metavar="SEQ", help="Re-plan from the inputs recorded with plan SEQ (see --history) and check "
-        "that the same plan comes out.")] = None,
+        "--replay", metavar="SEQ", help="Re-plan from the inputs recorded with plan SEQ (see --history) and compare "
+        "the action list with the one recorded: exit 0 when they match, 1 when they differ, 7 when the plan was "
+        "recorded without its action digest.")] = None,
 ) -> None:
     """Show what the next reconcile pass would do, and why. Changes nothing.
 
