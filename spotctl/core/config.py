@@ -45,6 +45,7 @@ _REGION_SCHEMA = {
         "advisory_prespin_seconds": int, "advisory_drain_seconds": int, "advisory_timeout_seconds": int,
         "advisory_prespin_lead_seconds": int, "advisory_drain_margin_seconds": int, "calendar_advisory_seconds": int,
         "drill_max_pool_pct": _NUM, "drill_min_served_pct": _NUM,
+        "contract_restore_notices": int, "contract_restore_hold_seconds": int,
     },
     "pools": {"*": _POOL_SCHEMA},
     "openstack": {"image": str, "networks": str, "key_name": str, "user_data": str, "wait_active_seconds": int, "schedule_wait_seconds": int, "delete_verify_seconds": int, "timeout_seconds": _NUM, "blazar": bool, "pools": {"*": {"via": str, "traits": list, "image": str, "networks": str, "deploy_seconds": int}}},
@@ -110,6 +111,10 @@ class Policy:
     calendar_advisory_seconds: int = 3600  # a reservation taking a host is an advisory this long ahead
     drill_max_pool_pct: float = 25.0  # a reclaim drill takes at most this share of a pool's nodes
     drill_min_served_pct: float = 50.0  # a drill stops early when demand served drops below this
+    # The notice term is restored after a late notice once this many hard notices in a row came on
+    # time, and none late for this long (see spotctl.core.contract.notice_term).
+    contract_restore_notices: int = 3
+    contract_restore_hold_seconds: int = 3600
 
 
 @dataclass(frozen=True)
@@ -372,8 +377,10 @@ def _check_values(data: dict, sources: dict) -> None:
         pct = pol.get("disruption_budget_pct", 10)
         if not 0 <= pct <= 100:
             _fail(sources, f"{base}.policy.disruption_budget_pct", "must be between 0 and 100")
+        if pol.get("contract_restore_notices", 1) < 1:
+            _fail(sources, f"{base}.policy.contract_restore_notices", "must be >= 1")
         for k in ("idle_ttl_seconds", "drain_seconds", "failure_ttl_seconds", "default_pod_seconds",
-                  "no_notice_max_seconds"):
+                  "no_notice_max_seconds", "contract_restore_hold_seconds"):
             if pol.get(k, 0) < 0:
                 _fail(sources, f"{base}.policy.{k}", "must be >= 0")
         if pol.get("spend_cap_per_hour") is not None and pol["spend_cap_per_hour"] < 0:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from spotctl.core.contract import SeenNotice, notice_term
 from spotctl.core.errors import SpotctlError
 from spotctl.core.ports import ReclaimPort
 
@@ -25,8 +26,6 @@ log = logging.getLogger(__name__)
 
 TERMS = ("notice", "advisory", "rate_card", "reservations", "reclaim_api")
 WINDOW_SECONDS = 24 * 3600
-MIN_LEAD_SECONDS = 120.0
-MAX_DELIVERY_SECONDS = 1.0
 RATE_CARD_MAX_AGE = 300 + 60  # refreshed every 5 minutes, with a minute of slack
 
 
@@ -42,10 +41,10 @@ def evaluate(rt: Runtime, snap: Snapshot) -> dict:
     now = snap.now
     provides_notices = getattr(rt.contract, "provides_notices", True) and "notices" not in snap.degraded
     seen = {n["id"]: n for n in rt.store.notices_since(now - WINDOW_SECONDS)}
-    for nt in snap.notices:  # this pass's notices count even before they are recorded
+    for nt in snap.notices:  # this pass's notices count even before they are recorded (seen now)
         seen.setdefault(nt.id, {"id": nt.id, "instance_id": nt.instance_id, "kind": str(nt.kind),
                                 "issued_at": nt.issued_at, "deadline": nt.deadline, "delivered_at": nt.delivered_at,
-                                "pool": nt.pool, "reason": nt.reason})
+                                "pool": nt.pool, "reason": nt.reason, "first_seen_at": now})
     seen = list(seen.values())
     reclaim = _reclaim_api(rt)
     rc = snap.rate_card
@@ -61,11 +60,14 @@ def evaluate(rt: Runtime, snap: Snapshot) -> dict:
             terms["notice"] = {"state": "missing", "evidence": {"error": why}}
             terms["advisory"] = {"state": "missing", "evidence": {"error": why}}
         else:
-            ev = {"hard_notices": len(hard), "lead_min_s": round(min(leads), 3) if leads else None,
-                  "lead_p50_s": _pct(leads, 0.5), "delivery_p50_s": _pct(lat, 0.5), "delivery_p95_s": _pct(lat, 0.95),
-                  "delivery_unknown": len(hard) - len(lat), "window_s": WINDOW_SECONDS}
-            bad = (leads and min(leads) < MIN_LEAD_SECONDS) or (lat and _pct(lat, 0.95) > MAX_DELIVERY_SECONDS)
-            terms["notice"] = {"state": "degraded" if bad else "met", "evidence": ev}
+            pol = rt.region.policy
+            term = notice_term([SeenNotice(id=n["id"], issued_at=n["issued_at"], deadline=n["deadline"],
+                                           first_seen_at=n.get("first_seen_at"), delivered_at=n.get("delivered_at"))
+                                for n in hard], now, restore_notices=pol.contract_restore_notices,
+                               restore_hold_seconds=pol.contract_restore_hold_seconds)
+            term["evidence"].update(lead_p50_s=_pct(leads, 0.5), delivery_p50_s=_pct(lat, 0.5),
+                                    delivery_p95_s=_pct(lat, 0.95), window_s=WINDOW_SECONDS)
+            terms["notice"] = term
             warned = {n["instance_id"] for n in mine if n["kind"] in ("advisory", "calendar")}
             unwarned = [n for n in hard if n["instance_id"] not in warned and "drill" not in (n["reason"] or "")]
             adv = {"advisories": sum(1 for n in mine if n["kind"] != "hard"), "hard_without_advisory": len(unwarned)}

@@ -95,3 +95,35 @@ def test_a_rate_card_older_than_ten_minutes_degrades_and_restores(make_rt):
     feed.frozen = None
     r = run_pass(rt)
     assert {c["to"] for c in r.contract_changes} == {"met"}
+
+
+def test_on_time_notices_restore_a_pool_after_a_late_one(make_rt):
+    """Tried with a local feed: a 60 s notice flipped the pool to no-notice, and on-time notices
+    afterwards did not restore it — only the late one ageing out of the 24 h window did. The restore
+    rule: contract_restore_notices on time in a row and none late for contract_restore_hold_seconds."""
+    rt, world = make_rt()
+    feed = FeedDown(world.contract)
+    feed.down = False
+    rt.contract = feed
+    now = rt.clock.now()
+    feed.extra = [Notice(id="late", instance_id="i-x", kind=NoticeKind.HARD, issued_at=now - 5, deadline=now + 55,
+                         reason="surge", pool="gp-az1", delivered_at=now - 4.9)]
+    r = run_pass(rt)
+    assert "gp-az1" in r.plan.inputs["no_notice_pools"]
+    for i in range(3):  # three notices on time, ten minutes apart
+        rt.clock.advance(600)
+        t = rt.clock.now()
+        feed.extra += [  # each warned by an advisory first, as the advisory term expects
+            Notice(id=f"adv-{i}", instance_id=f"i-ok{i}", kind=NoticeKind.ADVISORY, issued_at=t - 300,
+                   deadline=t + 150, reason="surge", pool="gp-az1", delivered_at=t - 299.9),
+            Notice(id=f"ok-{i}", instance_id=f"i-ok{i}", kind=NoticeKind.HARD, issued_at=t,
+                   deadline=t + 150, reason="surge", pool="gp-az1", delivered_at=t + 0.1)]
+        world.advance(t)
+        r = run_pass(rt)
+        assert "gp-az1" in r.plan.inputs["no_notice_pools"], i  # not before the hold-off
+    rt.clock.advance(3600 - 1800 + 1)
+    world.advance(rt.clock.now())
+    r = run_pass(rt)
+    assert "gp-az1" not in r.plan.inputs["no_notice_pools"]
+    restored = [a for a in rt.store.audit_query(action="contract.restored") if a["target"] == "gp-az1"]
+    assert restored and rt.store.get_value("contract:gp-az1") == "met"
