@@ -5,8 +5,9 @@ Term 1, the hard notice: at least ``MIN_LEAD_SECONDS`` before deletion, delivere
 
 - its lead (deadline - issued) is under the minimum;
 - it was delivered more than the maximum after it was issued (when the delivery time is known);
-- the time left when we first saw it (deadline - first seen) is under the minimum less the
-  delivery allowance — a notice issued long before it reached us is late whatever its stamp says.
+- it carries no delivery time, and the time left when we first saw it (deadline - first seen) is
+  under the minimum less the delivery allowance: without the provider's delivery stamp, our
+  receipt is the evidence of when it arrived.
 
 **Degrade and restore.** One late notice in the window degrades the term at once. The term is
 restored when, after the latest late notice, ``restore_notices`` hard notices in a row came on time
@@ -43,7 +44,8 @@ def lateness(n: SeenNotice) -> list[str]:
         why.append(f"lead {n.deadline - n.issued_at:.0f}s < {MIN_LEAD_SECONDS:.0f}s")
     if n.delivered_at is not None and n.delivered_at - n.issued_at > MAX_DELIVERY_SECONDS:
         why.append(f"delivered {n.delivered_at - n.issued_at:.1f}s after issue > {MAX_DELIVERY_SECONDS:g}s")
-    if n.first_seen_at is not None and n.deadline - n.first_seen_at < MIN_LEAD_SECONDS - MAX_DELIVERY_SECONDS:
+    if n.delivered_at is None and n.first_seen_at is not None \
+            and n.deadline - n.first_seen_at < MIN_LEAD_SECONDS - MAX_DELIVERY_SECONDS:
         why.append(f"{n.deadline - n.first_seen_at:.0f}s left when first seen")
     return why
 

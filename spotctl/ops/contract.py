@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from spotctl.core.contract import SeenNotice, notice_term
+from spotctl.core.contract import SeenNotice, lateness, notice_term
 from spotctl.core.errors import SpotctlError
 from spotctl.core.ports import ReclaimPort
 
@@ -139,6 +139,27 @@ def record_changes(rt: Runtime, report: dict) -> list[dict]:
             log.warning("pool %s: provider contract %s (%s)", name, kind, ", ".join(p["failing"]) or "all terms met")
             changes.append({"pool": name, "from": before, "to": value})
     return changes
+
+
+def record_late_notice(rt: Runtime, pool: str, notice: SeenNotice, now: float) -> dict | None:
+    """Flip a pool's notice term where a late notice is seen (the watcher), not a pass later: the
+    same record as a pass's flip (audit record + lifecycle event). None when it was not late, or the
+    pool already counts its notice term as failing."""
+    why = lateness(notice)
+    if not why or pool not in rt.region.pools:
+        return None
+    key = f"contract:{pool}"
+    before = rt.store.get_value(key)
+    failing = sorted(set(before.split(":", 1)[1].split(",")) | {"notice"}) if before and before.startswith(
+        "degraded:") else ["notice"]
+    if before and before.startswith("degraded:") and "notice" in before.split(":", 1)[1].split(","):
+        return None
+    term = {"state": "degraded", "evidence": {"late": 1, "last_late": {"id": notice.id, "why": why,
+                                                                      "issued_at": notice.issued_at}}}
+    report = {"now": now, "pools": {pool: {"state": "degraded", "failing": failing, "terms": {"notice": term, **{
+        t: {"state": "degraded", "evidence": {"recorded": before}} for t in failing if t != "notice"}}}}}
+    changes = record_changes(rt, report)
+    return changes[0] if changes else None
 
 
 def check(rt: Runtime, pool: str | None = None) -> dict:

@@ -16,11 +16,13 @@ import threading
 import time
 
 from spotctl.core.budget import Priority
+from spotctl.core.contract import SeenNotice
 from spotctl.core.errors import ConfigError, RefusedError, SpotctlError
 from spotctl.core.lifecycle import forced_round
 from spotctl.core.models import Node, NodeState, Notice, NoticeKind
 from spotctl.core.planner import Action
 
+from . import contract
 from .act import Outcome, execute, execute_drains
 from .observe import notice_event
 from .runtime import Runtime
@@ -77,6 +79,13 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
                                       pool=notice.pool or (node.pool if node else None))
             if new and node is not None:
                 notice_event(rt.store, notice, node, received_at)
+        pool = notice.pool or (node.pool if node else None)
+        if notice.kind is NoticeKind.HARD and pool:
+            flip = contract.record_late_notice(rt, pool, SeenNotice(
+                id=notice.id, issued_at=notice.issued_at, deadline=notice.deadline, first_seen_at=received_at,
+                delivered_at=notice.delivered_at), received_at)
+            if flip:
+                out["contract_change"] = flip
         if node is None or not node.live:
             out["action"] = "none: not one of our live nodes"
             continue

@@ -228,7 +228,10 @@ def test_no_cloud_or_scheduler_call_inside_a_write_transaction(make_rt):
     seen: list[str] = []
     rt.cloud = _NoCallsInTransactions(world.cloud, rt.store, seen)
     rt.schedulers = [_NoCallsInTransactions(s, rt.store, seen) for s in world.schedulers]
-    results = advance(rt, world, 4 * 3600, step=60)
+    results = advance(rt, world, 1800, step=60)
+    victims = [n.instance_id for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE][:3]
+    world.contract.reclaim(victims, 150)  # hard notices: drains, deletes and releases must happen
+    results += advance(rt, world, 3 * 3600, step=60)
     kinds = Counter(t["to_state"] for t in rt.store.transitions())
     assert kinds["gone"] > 0 and kinds["draining"] > 0, kinds  # deletes, drains and releases did happen
     assert all(r.status in ("ok", "partial") for r in results)

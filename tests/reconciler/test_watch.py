@@ -73,3 +73,18 @@ def test_the_watcher_waits_for_a_running_pass_and_needs_a_notice_log(make_rt, tm
     fast.watch(rt, stop=threading.Event(), wait=0, max_batches=1, on_event=events.append)
     assert [e["status"] for e in events if e.get("node") == node.id] == ["ok"]
     other.close()
+
+
+def test_a_late_notice_flips_its_pool_where_the_watcher_sees_it(make_rt):
+    rt, world = make_rt()
+    advance(rt, world, 600, step=60)
+    node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
+    rt.contract = ProviderLog(world)
+    world.contract.reclaim([node.instance_id], 60)  # a 60 s notice: the contract says >= 120 s
+    events = []
+    fast.watch(rt, stop=threading.Event(), wait=0, max_batches=1, on_event=events.append)
+    mine = [e for e in events if e.get("node") == node.id]
+    assert mine and mine[0]["action"] == "drain" and mine[0]["contract_change"]["pool"] == node.pool
+    assert rt.store.get_value(f"contract:{node.pool}") == "degraded:notice"
+    rec = [a for a in rt.store.audit_query(action="contract.degraded") if a["target"] == node.pool]
+    assert rec and rec[0]["inputs"]["evidence"]["notice"]["evidence"]["last_late"]["why"][0].startswith("lead 60s")
