@@ -65,6 +65,10 @@ IRONIC_ALLOCATION_MICROVERSION = "1.52"
 DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 CAPACITY_FAULTS = ("no valid host", "exceeded maximum number of retries", "insufficient", "not enough")
 BLAZAR_CACHE_SECONDS = 5.0
+# One polling interval for every bounded wait (scheduler verdict, ACTIVE, release). A wait never re-reads a
+# server it read less than one interval ago: a fresh read is reused, so waits that follow one another
+# (create → wait_active) keep one cadence instead of paying an extra GET at each hand-off.
+POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ class OpenStackCloud:
         self._aggregates: dict[str, Any] | None = None
         self._blazar_cache: tuple[float, dict] | None = None
         self._project_id: str | None = None
+        self._seen: dict[str, tuple[float, Any]] = {}  # server id -> (monotonic time of the read, server or None)
         if connect:
             self._authenticate()
 
@@ -539,13 +544,14 @@ class OpenStackCloud:
         s = server
         while True:
             s = self._call("nova get server", lambda: self.conn.compute.get_server(server.id))
+            self._saw(server.id, s)
             if s.status != "BUILD" or (s.task_state not in ("scheduling", None)) or s.compute_host:
                 break
             if time.monotonic() >= deadline:
                 log.info("server %s still scheduling after %ss; the next pass follows it", s.id,
                          self.options.schedule_wait_seconds)
                 break
-            time.sleep(0.2)
+            time.sleep(POLL_SECONDS)
         if s.status == "ERROR":
             fault = (s.fault or {}).get("message", "") if isinstance(s.fault, dict) else str(s.fault or "")
             try:
@@ -591,9 +597,13 @@ class OpenStackCloud:
         """The server is gone and Placement holds no allocation for it."""
         if instance_id.startswith(IRONIC_PREFIX):
             return self._ironic_released(instance_id[len(IRONIC_PREFIX):])
+        return self._server_gone(instance_id) and self._allocations_freed(instance_id)
+
+    def _server_gone(self, instance_id: str) -> bool:
         s = self._server(instance_id)
-        if s is not None and s.status not in ("DELETED", "SOFT_DELETED"):
-            return False
+        return s is None or s.status in ("DELETED", "SOFT_DELETED")
+
+    def _allocations_freed(self, instance_id: str) -> bool:
         allocs = self._placement(f"/allocations/{instance_id}") or {}
         return not allocs.get("allocations")
 
@@ -601,9 +611,12 @@ class OpenStackCloud:
 
     def wait_active(self, instance_id: str, timeout: float | None = None) -> Instance:
         """Wait until the instance is ACTIVE (``wait_active_seconds`` at most); ERROR or timeout raise."""
-        deadline = time.monotonic() + (timeout if timeout is not None else self.options.wait_active_seconds)
+        bound = timeout if timeout is not None else self.options.wait_active_seconds
+        deadline = time.monotonic() + bound
+        first = True
         while True:
-            inst = self._get_instance(instance_id)
+            inst = self._get_instance(instance_id, reuse_fresh=first)
+            first = False
             if inst is not None and inst.status == "ACTIVE":
                 return inst
             if inst is not None and inst.status == "ERROR":
@@ -611,27 +624,44 @@ class OpenStackCloud:
             if inst is None:
                 raise NotFoundError(f"instance {instance_id} does not exist")
             if time.monotonic() >= deadline:
-                raise TemporaryError(f"instance {instance_id} not ACTIVE after {timeout}s (status {inst.status})")
-            time.sleep(0.25)
+                raise TemporaryError(f"instance {instance_id} not ACTIVE after {bound}s (status {inst.status})")
+            time.sleep(self._until_next_poll(instance_id))
 
     def delete_and_verify(self, instance_id: str, timeout: float | None = None) -> float:
-        """Delete, then wait until :meth:`released`; returns the seconds it took. Raises TemporaryError past the bound."""
+        """Delete, then wait until :meth:`released`; returns the seconds it took. Raises TemporaryError past the bound.
+
+        Once Nova no longer lists the server, only Placement is polled (the server does not come back).
+        """
         t0 = time.monotonic()
         bound = timeout if timeout is not None else self.options.delete_verify_seconds
         self.delete_instance(instance_id)
-        while not self.released(instance_id):
+        ironic = instance_id.startswith(IRONIC_PREFIX)
+        gone = False
+        while True:
+            if ironic:
+                done = self.released(instance_id)
+            else:
+                gone = gone or self._server_gone(instance_id)
+                done = gone and self._allocations_freed(instance_id)
+            if done:
+                break
             if time.monotonic() - t0 >= bound:
                 raise TemporaryError(f"instance {instance_id}: not released {bound}s after delete "
                                      "(server still listed or Placement allocations not freed)",
                                      hint="escalate to the cloud operators: a stuck delete holds capacity")
-            time.sleep(0.25)
+            time.sleep(POLL_SECONDS)
+        self._seen.pop(instance_id, None)
         return time.monotonic() - t0
 
-    def _get_instance(self, instance_id: str) -> Instance | None:
+    def _get_instance(self, instance_id: str, reuse_fresh: bool = False) -> Instance | None:
         if instance_id.startswith(IRONIC_PREFIX):
             uuid = instance_id[len(IRONIC_PREFIX):]
             return next((i for i in self._ironic_instances() if i.id == instance_id or i.id.endswith(uuid)), None)
-        s = self._server(instance_id)
+        seen = self._seen.get(instance_id) if reuse_fresh else None
+        if seen is not None and time.monotonic() - seen[0] < POLL_SECONDS:
+            s = seen[1]  # read less than one interval ago (create_instance's last poll): no second GET
+        else:
+            s = self._server(instance_id)
         if s is None or s.status in ("DELETED", "SOFT_DELETED"):
             return None
         return self._instance(s)
@@ -639,9 +669,26 @@ class OpenStackCloud:
     def _server(self, instance_id: str):
         """One GET of the server; None when Nova no longer knows it."""
         try:
-            return self._call("nova get server", lambda: self.conn.compute.get_server(instance_id))
+            s = self._call("nova get server", lambda: self.conn.compute.get_server(instance_id))
         except NotFoundError:
-            return None
+            s = None
+        self._saw(instance_id, s)
+        return s
+
+    def _saw(self, instance_id: str, server) -> None:
+        """Remember the last read of a server (bounded: stale entries go when the map grows)."""
+        now = time.monotonic()
+        if len(self._seen) > 256:
+            for k in [k for k, (t, _) in list(self._seen.items()) if now - t >= POLL_SECONDS]:
+                self._seen.pop(k, None)
+        self._seen[instance_id] = (now, server)
+
+    def _until_next_poll(self, instance_id: str) -> float:
+        """Seconds to sleep so that the next read comes one interval after the last one."""
+        seen = self._seen.get(instance_id)
+        if seen is None:
+            return POLL_SECONDS
+        return min(POLL_SECONDS, max(0.0, POLL_SECONDS - (time.monotonic() - seen[0])))
 
     # -- Ironic, directly (pools with via = "ironic") ----------------------------------------
 

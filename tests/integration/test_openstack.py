@@ -305,6 +305,56 @@ def test_launch_roundtrip_tags_and_verified_release(cloud, region, admin):
     cloud.delete_instance(inst.id)  # idempotent
 
 
+def test_round_trip_reads_each_server_at_most_once_per_poll_interval(cloud, region):
+    """create → wait_active → delete_and_verify: the same requests as raw openstacksdk waits (issue 9, item 5).
+
+    No server is read twice within one polling interval (the hand-off from the scheduler-verdict wait to
+    wait_active reuses the last read), and once Nova no longer lists the server only Placement is polled.
+    """
+    from spotctl.adapters.openstack import POLL_SECONDS
+
+    assert cloud.released("00000000-0000-4000-8000-000000000000")  # one-off discovery (Nova, Placement) first
+    sess = cloud.conn.session
+    inner = sess.request
+    reads: list[tuple[float, str, str]] = []
+
+    def request(url, method, *a, **kw):
+        r = inner(url, method, *a, **kw)
+        reads.append((time.monotonic(), method, url))
+        return r
+
+    sess.request = request
+    try:
+        inst = cloud.create_instance(region.pools["small"], "spot-rt-1", "rt-1")
+        cloud.wait_active(inst.id, 60)
+        cloud.delete_and_verify(inst.id, 60)
+    finally:
+        del sess.request
+    this = [(t, m, u) for t, m, u in reads if u.rstrip("/").endswith(f"servers/{inst.id}")]
+    assert [m for _, m, _ in this].count("DELETE") == 1, this
+    deleted_at = next(t for t, m, _ in this if m == "DELETE")
+    for phase in ([t for t, m, _ in this if m == "GET" and t < deleted_at],   # schedule verdict + wait_active
+                  [t for t, m, _ in this if m == "GET" and t > deleted_at]):  # delete_and_verify
+        gaps = [b - a for a, b in zip(phase, phase[1:])]
+        assert all(g >= 0.9 * POLL_SECONDS for g in gaps), gaps
+    # after the read that shows the server gone, only Placement is polled
+    last = max(i for i, (_, m, u) in enumerate(reads) if u.rstrip("/").endswith(f"servers/{inst.id}"))
+    assert all(f"allocations/{inst.id}" in u for _, _, u in reads[last + 1:]), reads[last + 1:]
+    # from the POST on, nothing but this server and its Placement allocations (flavor and image are looked up once)
+    post = next(i for i, (_, m, u) in enumerate(reads) if m == "POST" and u.rstrip("/").endswith("servers"))
+    assert all(inst.id in u for _, _, u in reads[post + 1:]), [(m, u) for _, m, u in reads[post + 1:]]
+
+
+def test_testenv_listens_on_loopback_only(osenv):
+    """Every socket the OpenStack testenv listens on (MariaDB, RabbitMQ + epmd + Erlang distribution,
+    the APIs, the Neutron stub) is on 127.0.0.1 / ::1 (issue 9, item 2)."""
+    proc = subprocess.run([str(ROOT / "scripts" / "testenv" / "openstack"), "listeners"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ports = {ln.split()[2].rsplit(":", 1)[1] for ln in proc.stdout.splitlines() if ln.startswith("ok ")}
+    assert {"3306", "5672", "25672", "4369", "5000", "8778", "8774", "9292", "9696", "6385", "1234"} <= ports, ports
+
+
 def test_kill_between_intent_and_effect_next_pass_adopts_without_duplicate(env, admin):
     """SIGKILL `spotctl launch` as soon as its first server exists; the next pass finishes the job."""
     from spotctl.state.store import Store
