@@ -190,6 +190,7 @@ class OpenStackCloud:
     def __init__(self, region: RegionConfig, cloud: str, options: Options, *, connect: bool = True):
         self.region = region
         self.cloud_name = cloud
+        self.reads_reservations = bool(options.blazar)  # [openstack] blazar = false: no reservation data
         self.options = options
         self._conn = None
         self._lock = threading.Lock()

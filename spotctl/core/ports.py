@@ -58,6 +58,10 @@ class FixedClock:
 class CloudPort(Protocol):
     """The private cloud: Placement/quotas, Blazar, Nova/Ironic."""
 
+    #: Whether ``reservations()`` reads a reservation service (Blazar) at all: False when it is
+    #: disabled by configuration, so that an empty list is not taken for "no reservations".
+    reads_reservations: bool
+
     def hosts(self, pools: dict[str, PoolSpec]) -> list[HostCapacity]:
         """Every host of every pool, with capacity, foreign usage and our node count."""
 

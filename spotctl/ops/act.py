@@ -246,17 +246,28 @@ class Fanout:
     accepted: dict[str, float] = field(default_factory=dict)   # scheduler -> seconds until it accepted
     errors: dict[str, str] = field(default_factory=dict)       # scheduler -> why it failed
     unknown: list[str] = field(default_factory=list)           # schedulers that do not know the node
-    missing: list[str] = field(default_factory=list)           # ... of those, the ones the pool is bound to
+    missing: list[str] = field(default_factory=list)           # ... of those, bound ones that should know it
+    pending: list[str] = field(default_factory=list)           # ... bound ones it has not joined yet (booting)
     accepted_at: dict[str, float] = field(default_factory=dict)  # scheduler -> when it accepted (rt clock)
     cordoned_at: dict[str, float] = field(default_factory=dict)  # scheduler -> when it stopped new work
 
     @property
     def ok(self) -> bool:
-        return not self.errors and not self.missing
+        return not self.errors and not self.missing and not self.pending
+
+    @property
+    def status(self) -> str:
+        """ok (every bound scheduler took it) | partial (one failed, or does not know a node it should)
+        | pending (the node has not joined a bound scheduler yet: a later pass applies it again)."""
+        if self.errors or self.missing:
+            return "partial"
+        return "pending" if self.pending else "ok"
 
     def problems(self) -> str:
         out = [f"{k}: {v}" for k, v in sorted(self.errors.items())]
         out += [f"{k}: does not know the node (check the node name it uses)" for k in self.missing]
+        out += [f"{k}: the node has not registered yet (still booting); the next pass applies it again"
+                for k in self.pending]
         return "; ".join(out)
 
     def evidence(self) -> dict:
@@ -268,6 +279,8 @@ class Fanout:
             d["unknown_to"] = self.unknown
         if self.missing:
             d["missing_in"] = self.missing
+        if self.pending:
+            d["pending_in"] = self.pending
         return d
 
 
@@ -298,7 +311,11 @@ def _each_scheduler(rt: Runtime, node: Node, fn) -> Fanout:
     pool = rt.region.pools.get(node.pool)
     bound = bound_schedulers(pool) if pool is not None else frozenset()
     fan.unknown.sort()
-    fan.missing = [name for name in fan.unknown if name in bound]
+    # a node that is still being built may not have joined its schedulers yet: that is pending, not a
+    # misnamed node; once it is active, a bound scheduler that does not know it is a finding
+    booting = node.state in (NodeState.INTENDED, NodeState.BUILDING)
+    expected = [name for name in fan.unknown if name in bound]
+    fan.pending, fan.missing = (expected, []) if booting else ([], expected)
     return fan
 
 
@@ -359,7 +376,7 @@ def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Out
     now = rt.now()
     evidence = {**fan.evidence(), "drain": {k: p.to_dict() for k, p in sorted(progress.items())}, "empty": empty,
                 "deadline_in_seconds": None if action.deadline is None else round(action.deadline - now, 3)}
-    result = "ok" if fan.ok else "partial"
+    result = fan.status
     with rt.store.tx():
         if first:
             rt.store.transition(node, NodeState.DRAINING, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
@@ -373,7 +390,7 @@ def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Out
     left = sum(p.remaining for p in progress.values())
     detail = fan.problems() or (f"{'empty' if empty else f'{left} workload(s) left'}"
                                 + (f"; {sum(len(v) for v in forced.values())} deleted at the deadline" if forced else ""))
-    rt.store.finish_action(action.id, "done" if fan.ok else "partial", detail, now)
+    rt.store.finish_action(action.id, "done" if fan.ok else result, detail, now)
     rt.progress(f"drain {node.id}: {result} ({detail})")
     return Outcome(action.id, "drain", result, fan.problems(), pool=node.pool, node=node.id, data=evidence)
 
@@ -383,12 +400,12 @@ def _cordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     _intent(rt, action, plan_id)
     fan = _each_scheduler(rt, node, lambda s: s.cordon(node.id, action.reason))
     now = rt.now()
-    result = "ok" if fan.ok else "partial"
+    result = fan.status
     with rt.store.tx():
         if node.state is NodeState.ACTIVE:
             rt.store.transition(node, NodeState.ADVISED, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
         _audit(rt, action, node.id, result, **fan.evidence())
-    rt.store.finish_action(action.id, "done" if fan.ok else "partial", fan.problems() or "ok", now)
+    rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
     return Outcome(action.id, "cordon", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())
 
 
@@ -397,12 +414,12 @@ def _uncordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     _intent(rt, action, plan_id)
     fan = _each_scheduler(rt, node, lambda s: s.resume(node.id))
     now = rt.now()
-    result = "ok" if fan.ok else "partial"
+    result = fan.status
     with rt.store.tx():
         if node.state is NodeState.ADVISED:
             rt.store.transition(node, NodeState.ACTIVE, reason=action.reason, at=now, actor=rt.actor, cordoned=False)
         _audit(rt, action, node.id, result, **fan.evidence())
-    rt.store.finish_action(action.id, "done" if fan.ok else "partial", fan.problems() or "ok", now)
+    rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
     return Outcome(action.id, "uncordon", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())
 
 
@@ -430,11 +447,12 @@ def _delete(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
         return Outcome(action.id, "delete", "ok", "never created", pool=node.pool, node=node.id)
     rt.cloud.delete_instance(node.instance_id)  # raises: the action fails, the node stays deleting (resumed)
     fan = _each_scheduler(rt, node, lambda s: s.forget(node.id, action.reason))
-    result = "ok" if fan.ok else "partial"
+    fan.missing, fan.pending = [], []  # forgetting: a scheduler that does not know the node is already there
+    result = fan.status
     with rt.store.tx():
         _audit(rt, action, node.id, result, instance_id=node.instance_id, instance_delete="accepted",
                **fan.evidence())
-    rt.store.finish_action(action.id, "done" if fan.ok else "partial", fan.problems() or "instance delete accepted",
+    rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "instance delete accepted",
                            rt.now())
     rt.progress(f"delete {node.id}: {result}")
     return Outcome(action.id, "delete", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())

@@ -89,6 +89,9 @@ def evaluate(rt: Runtime, snap: Snapshot) -> dict:
                                                "valid_until": rc.valid_until}}
         if "cloud" in snap.degraded:
             terms["reservations"] = {"state": "missing", "evidence": {"error": snap.degraded["cloud"]}}
+        elif not rt.cloud.reads_reservations:
+            terms["reservations"] = {"state": "missing", "evidence": {
+                "error": "no reservation service is read (Blazar is disabled: [openstack] blazar = false)"}}
         else:
             terms["reservations"] = {"state": "met", "evidence": {
                 "reservations_in_horizon": sum(1 for r in snap.reservations if r.pool == name), "read_at": now}}
@@ -103,12 +106,23 @@ def _reclaim_api(rt: Runtime) -> dict:
     if not isinstance(rt.contract, ReclaimPort):
         return {"state": "missing", "evidence": {"error": "the contract feed offers no reclaim API"}}
     status = getattr(rt.contract, "status", None)
-    if callable(status):
-        try:
-            status()
-        except SpotctlError as e:
-            return {"state": "missing", "evidence": {"error": e.message}}
-    return {"state": "met", "evidence": {"reachable": True}}
+    if not callable(status):
+        # offered, but nothing was called this pass to show that it answers: not "met"
+        return {"state": "unknown", "evidence": {"error": "the feed offers a reclaim API but no status call to "
+                                                          "check that it answers"}}
+    try:
+        body = status()
+    except SpotctlError as e:
+        return {"state": "missing", "evidence": {"error": e.message}}
+    return {"state": "met", "evidence": {"status_call": "answered", "provider_view": _provider_reclaim_view(body)}}
+
+
+def _provider_reclaim_view(body) -> object:
+    """What the provider's status says of its reclaim API (kept as evidence, not trusted as ours)."""
+    terms = body.get("terms") if isinstance(body, dict) else None
+    if isinstance(terms, list):
+        return next((t.get("state") for t in terms if isinstance(t, dict) and t.get("term") == "reclaim_api"), None)
+    return None
 
 
 def degraded_pools(report: dict) -> frozenset[str]:

@@ -483,6 +483,8 @@ class Fleet:
 class SimCloud:
     """The :class:`~spotctl.core.ports.CloudPort` of the demo region."""
 
+    reads_reservations = True  # the simulated Blazar calendar
+
     def __init__(self, world: "SimWorld"):
         self._w = world
 

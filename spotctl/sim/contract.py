@@ -382,6 +382,12 @@ class SimContract:
     def notices(self) -> list[Notice]:
         return self._w.provider.views()
 
+    def status(self) -> dict:
+        """The in-process provider's own view of its reclaim API (called by the contract check: an
+        answer is the evidence that the API is there)."""
+        live = sum(1 for i in self._w.fleet.instances.values() if i.alive)
+        return {"terms": [{"term": "reclaim_api", "state": "met", "evidence": {"live_instances": live}}]}
+
     def reclaim(self, instance_ids: list[str], notice_seconds: int, advisory_lead_seconds: int = 0,
                 drill_id: str | None = None) -> Reclaim:
         """:class:`~spotctl.core.ports.ReclaimPort`: the provider's reclaim API, in the simulated region."""

@@ -76,14 +76,14 @@ def test_launch_and_drain_as_operator(cli):
     assert out["launched"] == 2 and len(out["nodes"]) == 2
     node = out["nodes"][0]
     d = cli("-o", "json", "drain", node, "--reason", "hypervisor maintenance")
-    # the node is still building: neither scheduler knows it yet, and the pool is bound to both,
-    # so the drain is partial (exit 7) and says so — never an "ok" that nothing checked
+    # the node is still building: neither scheduler knows it yet, and the pool is bound to both, so
+    # the drain is pending there (exit 7) and says so — never an "ok" that nothing checked
     assert d.code == 7, d.stderr
     outcome = d.json["data"]["outcome"]
-    assert outcome["status"] == "partial" and outcome["missing_in"] == ["kubernetes", "slurm"]
-    assert "does not know the node" in d.stderr
+    assert outcome["status"] == "pending" and outcome["pending_in"] == ["kubernetes", "slurm"]
+    assert "has not registered yet" in d.stderr
     recs = [r for r in cli("-o", "json", "audit", "list").json["data"]["records"] if r["action"] == "node.drain"]
-    assert recs and recs[-1]["result"] == "partial"
+    assert recs and recs[-1]["result"] == "pending"
     s = cli("-o", "json", "status")
     states = {n["id"]: n["state"] for n in s.json["data"]["nodes"]}
     assert states[node] == "draining"

@@ -127,3 +127,40 @@ def test_on_time_notices_restore_a_pool_after_a_late_one(make_rt):
     assert "gp-az1" not in r.plan.inputs["no_notice_pools"]
     restored = [a for a in rt.store.audit_query(action="contract.restored") if a["target"] == "gp-az1"]
     assert restored and rt.store.get_value("contract:gp-az1") == "met"
+
+
+def test_terms_nothing_was_read_for_are_not_met(make_rt):
+    """Blazar disabled: nothing was read, so the reservations term is missing (not "met" on an empty
+    list); a reclaim API with no status call to prove it answers is unknown."""
+    rt, world = make_rt()
+
+    class NoBlazar:
+        reads_reservations = False
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    class NoStatus:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            if name == "status":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+        def reclaim(self, *a, **kw):
+            return self.inner.reclaim(*a, **kw)
+
+    met = contract.evaluate(rt, observe(rt))["pools"]["gp-az1"]["terms"]
+    assert met["reservations"]["state"] == "met" and met["reclaim_api"]["state"] == "met"
+    assert met["reclaim_api"]["evidence"]["status_call"] == "answered"
+    rt.cloud, rt.contract = NoBlazar(world.cloud), NoStatus(world.contract)
+    report = contract.evaluate(rt, observe(rt))
+    terms = report["pools"]["gp-az1"]["terms"]
+    assert terms["reservations"]["state"] == "missing" and "Blazar is disabled" in terms["reservations"]["evidence"]["error"]
+    assert terms["reclaim_api"]["state"] == "unknown"
+    assert report["pools"]["gp-az1"]["state"] == "degraded" and not report["met"]
