@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -23,19 +22,12 @@ sys.path.insert(0, str(ROOT))
 
 from tests.integration.test_both_schedulers import NODE, runtime, scene, teardown  # noqa: E402
 
+from benchmarks._services import env_of, pct  # noqa: E402
 from spotctl.core.config import load_config  # noqa: E402
 from spotctl.core.models import NodeState, Notice, NoticeKind  # noqa: E402
 from spotctl.ops import watch as fast  # noqa: E402
 
 
-def env_of(name: str) -> dict:
-    out = subprocess.run([str(ROOT / "scripts" / "testenv" / name), "env"], capture_output=True, text=True, check=True)
-    return {k.removeprefix("export "): v for k, v in (ln.split("=", 1) for ln in out.stdout.splitlines() if "=" in ln)}
-
-
-def p(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))]
 
 
 def bench(n: int = 50) -> dict:
@@ -74,10 +66,10 @@ def bench(n: int = 50) -> dict:
                 serial.append(time.monotonic() - t)
         finally:
             teardown(rt, s_env, job)
-    return {"notices": n, "p50_s": round(statistics.median(both), 4), "p99_s": round(p(both, 0.99), 4),
+    return {"notices": n, "p50_s": round(statistics.median(both), 4), "p99_s": round(pct(both, 0.99), 4),
             "serial_p50_s": round(statistics.median(serial), 4),
             "ratio_concurrent_vs_serial": round(statistics.median(both) / statistics.median(serial), 2),
-            "target": "p99 <= 2 s", "pass": p(both, 0.99) <= 2.0}
+            "target": "p99 <= 2 s", "pass": pct(both, 0.99) <= 2.0}
 
 
 if __name__ == "__main__":

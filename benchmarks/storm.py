@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import requests  # noqa: E402
 
+from benchmarks._services import env_of, pct  # noqa: E402
 from spotctl.core.config import load_config  # noqa: E402
 from spotctl.core.models import Node, NodeState, Notice, NoticeKind  # noqa: E402
 from spotctl.core.ports import SystemClock  # noqa: E402
@@ -54,14 +54,6 @@ PDB_HOLD = 3.0  # seconds the budgets block every eviction
 GRACE = 2
 
 
-def env_of(name: str) -> dict:
-    out = subprocess.run([str(ROOT / "scripts" / "testenv" / name), "env"], capture_output=True, text=True, check=True)
-    return {k.removeprefix("export "): v for k, v in (ln.split("=", 1) for ln in out.stdout.splitlines() if "=" in ln)}
-
-
-def pct(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))]
 
 
 class LockTimer:

@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import math
-import time
 from collections.abc import Callable
 
 from spotctl.core.budget import Priority

@@ -8,7 +8,6 @@ without the services, it is skipped with the command that starts them.
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -41,3 +40,17 @@ def unavailable(name: str, why: str) -> None:
     if REQUIRE_SERVICES:
         pytest.fail(msg, pytrace=False)
     pytest.skip(msg)
+
+
+def wait_until(pred, what: str = "condition", timeout: float = 20.0):
+    """Poll ``pred`` every 0.2 s until it returns something truthy (returned), or fail after ``timeout``.
+    For tests watching a real service converge; never used inside spotctl itself."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
 import uuid
 from datetime import datetime
@@ -35,6 +34,7 @@ from spotctl.adapters.kubernetes import (
 from spotctl.core.config import load_config
 from spotctl.core.errors import AuthError, ExitCode, NotFoundError, TemporaryError, UnavailableError
 
+from . import conftest as harness
 from .conftest import testenv as service_env
 from .conftest import unavailable
 
@@ -331,13 +331,7 @@ def _pods(k8s: K8s, ns: str) -> dict[str, dict]:
 
 
 def _until(pred, what: str, timeout: float = 15.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return harness.wait_until(pred, what, timeout)
 
 
 def test_a_drain_round_never_waits_and_the_node_is_empty_only_when_its_pods_are_gone(k8s):

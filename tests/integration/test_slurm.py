@@ -92,13 +92,7 @@ def node_info(env, name) -> dict:
 
 
 def wait(pred, timeout=20.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return harness.wait_until(pred, what, timeout)
 
 
 def reset(env):
