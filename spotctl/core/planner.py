@@ -431,7 +431,7 @@ def plan(inp: PlanInput) -> Plan:
         notice = n.notice
         if notice is None and n.host and n.host in inp.host_reclaims:
             at = inp.host_reclaims[n.host]
-            if at - now <= policy.calendar_advisory_seconds:
+            if calendar_advisory_due(at, now, policy):
                 # Blazar says a reservation takes this host: treat it as an advisory, early.
                 notice = Notice(id=f"calendar-{n.host}-{int(at)}", instance_id="", kind=NoticeKind.CALENDAR,
                                 issued_at=at - policy.calendar_advisory_seconds, deadline=at,
@@ -651,6 +651,15 @@ def plan(inp: PlanInput) -> Plan:
                 break
             n_total = existing + launched + 1
             safe_until = cal.safe_until(n_total, now) if cal else now + 24 * 3600
+            if cal and calendar_advisory_due(safe_until, now + pool.boot_seconds, policy):
+                # the same rule that cordons a node ahead of a reservation: a node launched now would
+                # be cordoned before it is up, and the work meant for it could never land there
+                for d in cands:
+                    if remaining[d.key]:
+                        block[d.key] = (f"calendar: {name} takes capacity back in {int(max(0, safe_until - now))}s; "
+                                        f"a node launched now would be cordoned by the calendar advisory "
+                                        f"({policy.calendar_advisory_seconds}s ahead) before it boots")
+                break
             window = safe_until - now - policy.drain_seconds - pool.boot_seconds
             if name in inp.no_notice_pools:
                 window = min(window, policy.no_notice_max_seconds)
@@ -761,6 +770,14 @@ def plan(inp: PlanInput) -> Plan:
     return Plan(id=plan_id, region=inp.region, now=now, actions=tuple(actions), unplaced=dict(sorted(unplaced.items())),
                 pools=pool_summaries, demand=demand_summary, inputs=inputs, explain=tuple(explain),
                 excluded=tuple({"unit": u, "scheduler": sch, "reason": r} for u, sch, r in inp.exclusions))
+
+
+def calendar_advisory_due(reclaim_at: float, at: float, policy: Policy) -> bool:
+    """Whether a reservation taking capacity back at ``reclaim_at`` is, at time ``at``, close enough for
+    its calendar advisory (cordon, then the graduated response): ``calendar_advisory_seconds`` ahead.
+    One rule for both uses: housekeeping cordons nodes by it, and launching skips capacity that it
+    would cordon before a new node could take work."""
+    return reclaim_at - at <= policy.calendar_advisory_seconds
 
 
 def advisory_stage(notice: Notice, now: float, policy: Policy) -> str:

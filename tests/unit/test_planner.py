@@ -51,14 +51,30 @@ def test_cheapest_pool_first_and_fallback_when_a_pool_failed():
 def test_calendar_never_places_work_that_cannot_finish_before_reclaim():
     p1 = pool(boot=60)
     hs = hosts("p1", 1)
-    # The only host is reserved 1 h from now: a 2 h job must not go there, a 20 min job may.
-    res = [reservation("p1", ["p1-h0"], NOW + 3600, NOW + 7 * 3600)]
-    pol = Policy(drain_seconds=120)
+    # The only host is reserved 2 h from now: a 2 h job must not go there, a 20 min job may.
+    res = [reservation("p1", ["p1-h0"], NOW + 7200, NOW + 9 * 3600)]
+    pol = Policy(drain_seconds=120, calendar_advisory_seconds=3600)
     long = plan(plan_input([p1], hs, [job(1, seconds=7200)], reservations=res, policy=pol))
     assert launches(long) == 0
     assert any(r.startswith("calendar") for r in long.unplaced)
     short = plan(plan_input([p1], hs, [job(1, seconds=1200)], reservations=res, policy=pol))
     assert launches(short) == 1
+
+
+def test_no_launch_the_calendar_advisory_would_cordon_before_the_node_boots():
+    """Seen on the demo region: with a reservation 30 min out, nodes were launched for 15 min pods and
+    cordoned one pass later by the calendar advisory (already due), so their work never landed. The
+    rule that cordons ahead of a reservation also decides what may be launched."""
+    p1 = pool(boot=60)
+    hs = hosts("p1", 1)
+    pol = Policy(drain_seconds=120, calendar_advisory_seconds=3600)
+    soon = [reservation("p1", ["p1-h0"], NOW + 1800, NOW + 7 * 3600)]
+    p = plan(plan_input([p1], hs, [job(1, seconds=600)], reservations=soon, policy=pol))
+    assert launches(p) == 0
+    assert any("cordoned by the calendar advisory" in r for r in p.unplaced)
+    # once the advisory is no longer due at boot time, the same short job is placed
+    later = [reservation("p1", ["p1-h0"], NOW + 3600 + 61, NOW + 7 * 3600)]
+    assert launches(plan(plan_input([p1], hs, [job(1, seconds=600)], reservations=later, policy=pol))) == 1
 
 
 def test_respects_pool_limit_quota_spend_cap_and_budget():
