@@ -218,10 +218,12 @@ def test_never_over_headroom_limits_quota_spend_or_budget(s):
 @settings(max_examples=100, deadline=None)
 @given(scenarios(), st.randoms(use_true_random=False))
 def test_same_input_same_plan(s, rnd):
+    """Any order of any input (pools, hosts, units, reservations) gives the same plan."""
     a = plan(build(s))
-    shuffled = list(s["units"])
-    rnd.shuffle(shuffled)
-    b = plan(build(s, units=shuffled))
+    shuffled = {k: list(s[k]) for k in ("pools", "hs", "units", "res")}
+    for v in shuffled.values():
+        rnd.shuffle(v)
+    b = plan(build(s, **shuffled))
     assert a.to_dict(explain=True) == b.to_dict(explain=True)
 
 
@@ -250,6 +252,17 @@ def test_placed_work_finishes_before_the_calendar_takes_the_capacity(s):
         # on every node, the longest unit packed there, plus boot and drain, ends before the calendar takes it back
         for _n, safe, longest in a.inputs["segments"]:
             assert longest + inp.policy.drain_seconds + pl.boot_seconds <= safe - NOW
+    # ... checked against the reservations themselves, not the planner's own safe_until: the nodes whose
+    # work runs past a reservation's start fit on the hosts that reservation leaves to the pool
+    for r in s["res"]:
+        pl = inp.pools[r.pool]
+        past = sum(n for a in p.actions if a.kind == "launch" and a.pool == r.pool
+                   for n, _safe, longest in a.inputs["segments"]
+                   if NOW + pl.boot_seconds + longest + inp.policy.drain_seconds > r.start - pl.cleaning_seconds)
+        left = sum(min((h.capacity.vcpu - h.used_other.vcpu) // pl.shape.vcpu,
+                       (h.capacity.ram_mb - h.used_other.ram_mb) // pl.shape.ram_mb)
+                   for h in s["hs"] if h.pool == r.pool and h.name not in r.hosts)
+        assert past <= max(0, left), (r, past, left)
 
 
 @settings(max_examples=60, deadline=None)
