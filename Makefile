@@ -60,7 +60,8 @@ testenv-down:
 # The whole suite: import contracts, then every test, with the real services up.
 test: install
 	@$(BIN)/lint-imports --no-cache
-	@scripts/testenv/all up
+	@# a service that fails to start fails the run, and what did start is stopped again
+	@scripts/testenv/all up || { rc=$$?; scripts/testenv/all down || true; echo "make test: a test service did not start" >&2; exit $$rc; }
 	@set -o pipefail; rc=0; SPOTCTL_REQUIRE_SERVICES=1 $(BIN)/pytest -q -p no:cacheprovider || rc=$$?; \
 	  scripts/testenv/all down || true; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; fi; exit $$rc
@@ -70,7 +71,7 @@ bench: install
 
 # Benchmarks against the real test services (brought up and stopped here).
 bench-services: install
-	@scripts/testenv/all up
+	@scripts/testenv/all up || { rc=$$?; scripts/testenv/all down || true; exit $$rc; }
 	@rc=0; for b in relay schedulers storm demand os_cloud; do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || rc=1; done; \
 	  scripts/testenv/all down || true; exit $$rc
 
