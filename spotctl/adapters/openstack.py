@@ -21,7 +21,6 @@ Options, in ``[regions.R.openstack]``::
     via = "nova" | "ironic"       # bare-metal pools: through Nova (baremetal flavor) or Ironic directly
     traits = ["CUSTOM_SPOT"]      # select hosts by traits instead of (or on top of) the aggregate
     image = "..."; networks = "..."
-    deploy_seconds = 600          # Ironic deploy bound
 
 What is ours: servers carry the tags ``spotctl:region=R``, ``spotctl:pool=P`` and
 ``spotctl:action=A`` and the same keys as metadata; Ironic allocations carry them in
@@ -77,7 +76,6 @@ class PoolOptions:
     traits: tuple[str, ...] = ()
     image: str | None = None
     networks: str | None = None
-    deploy_seconds: int = 600
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ def _options(region: RegionConfig) -> Options:
         if via == "ironic" and not region.pools[pname].resource_class:
             raise ConfigError(f"pool {pname!r} is deployed through Ironic but has no resource_class")
         pools[pname] = PoolOptions(via=via, traits=tuple(str(t) for t in p.get("traits", [])), image=p.get("image"),
-                                   networks=p.get("networks"), deploy_seconds=p.get("deploy_seconds", 600))
+                                   networks=p.get("networks"))
     return Options(**raw, pools=pools)
 
 

@@ -105,3 +105,11 @@ def test_an_explicit_environment_never_reads_this_hosts_files(tmp_path, monkeypa
     assert on_host.default_region == "from-home" and on_host.output == "yaml"
     # an environment that names its HOME is that environment's, not this process's
     assert load_config(env={"HOME": str(home)}).default_region == "from-home"
+
+
+def test_a_key_that_does_nothing_is_refused_not_silently_ignored(tmp_path):
+    """deploy_seconds was parsed and never used: it is gone, and a config that sets it says so."""
+    f = tmp_path / "c.toml"
+    f.write_text('[regions.r]\nbackend = "sim"\n[regions.r.openstack.pools.metal]\ndeploy_seconds = 600\n')
+    with pytest.raises(ConfigError, match="deploy_seconds"):
+        load_config(env={"SPOTCTL_CONFIG": str(f)})
