@@ -126,8 +126,7 @@ def test_forget_and_unknown_nodes(world, region):
             s.drain("nope", "x", None)
         with pytest.raises(NotFoundError):
             s.resume("nope")
-        with pytest.raises(NotFoundError):
-            s.forget("nope", "x")
+        s.forget("nope", "x")  # forgetting a node never known is no error, as with the real adapters
     world.cloud.delete_instance(inst.id)
     assert world.report()["interruptions"]["lost_units"] > 0  # a deleted node's work is lost
     k8s.forget("n1", "gone")
