@@ -91,6 +91,10 @@ class CloudPort(Protocol):
 class ContractPort(Protocol):
     """The provider contract feed: rate card, notices and advisories."""
 
+    #: False for a feed that cannot send notices at all (a static rate card): its pools run under
+    #: the no-notice policy, said, not hidden.
+    provides_notices: bool
+
     def rate_card(self) -> RateCard: ...
 
     def notices(self) -> list[Notice]:
@@ -108,8 +112,16 @@ class ReclaimPort(Protocol):
         advisory ``advisory_lead_seconds`` earlier when > 0. One receipt per instance asked for."""
 
 
+@runtime_checkable
+class ProviderStatus(Protocol):
+    """The provider's own view of its contract terms (a call that answers is evidence it is there)."""
+
+    def status(self) -> dict: ...
+
+
+@runtime_checkable
 class NoticeStream(Protocol):
-    """The contract feed's ordered notice log (for the fast path and drills).
+    """The contract feed's ordered notice log (for the fast path).
 
     Implemented by the HTTP contract adapter; the caller persists the cursor
     (``Store.set_value``) so nothing is missed or handled twice across passes.
@@ -117,12 +129,6 @@ class NoticeStream(Protocol):
 
     def poll(self, cursor: str | None, wait: float = 0.0) -> tuple[list[Notice], str]:
         """Notices issued after ``cursor`` (long-polling up to ``wait`` s), and the next cursor."""
-
-    def get_reclaim(self, reclaim_id: str) -> dict:
-        """A reclaim with its per-instance receipts."""
-
-    def status(self) -> dict:
-        """The provider's own view of the contract terms."""
 
 
 @runtime_checkable

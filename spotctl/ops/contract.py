@@ -17,7 +17,7 @@ import logging
 
 from spotctl.core.contract import SeenNotice, lateness, notice_term
 from spotctl.core.errors import SpotctlError
-from spotctl.core.ports import ReclaimPort
+from spotctl.core.ports import ProviderStatus, ReclaimPort
 
 from .observe import Snapshot, observe
 from .runtime import Runtime
@@ -39,7 +39,7 @@ def _pct(values: list[float], q: float) -> float | None:
 def evaluate(rt: Runtime, snap: Snapshot) -> dict:
     """Each term per pool, with evidence, from this pass's observation and the notices on record."""
     now = snap.now
-    provides_notices = getattr(rt.contract, "provides_notices", True) and "notices" not in snap.degraded
+    provides_notices = rt.contract.provides_notices and "notices" not in snap.degraded
     seen = {n["id"]: n for n in rt.store.notices_since(now - WINDOW_SECONDS)}
     for nt in snap.notices:  # this pass's notices count even before they are recorded (seen now)
         seen.setdefault(nt.id, {"id": nt.id, "instance_id": nt.instance_id, "kind": str(nt.kind),
@@ -105,13 +105,12 @@ def evaluate(rt: Runtime, snap: Snapshot) -> dict:
 def _reclaim_api(rt: Runtime) -> dict:
     if not isinstance(rt.contract, ReclaimPort):
         return {"state": "missing", "evidence": {"error": "the contract feed offers no reclaim API"}}
-    status = getattr(rt.contract, "status", None)
-    if not callable(status):
+    if not isinstance(rt.contract, ProviderStatus):
         # offered, but nothing was called this pass to show that it answers: not "met"
         return {"state": "unknown", "evidence": {"error": "the feed offers a reclaim API but no status call to "
                                                           "check that it answers"}}
     try:
-        body = status()
+        body = rt.contract.status()
     except SpotctlError as e:
         return {"state": "missing", "evidence": {"error": e.message}}
     return {"state": "met", "evidence": {"status_call": "answered", "provider_view": _provider_reclaim_view(body)}}

@@ -258,7 +258,7 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
         excluded[e.reason] = excluded.get(e.reason, 0) + 1
     # No notices (feed down, or no contract feed configured): every pool runs under the no-notice policy.
     if no_notice is None:
-        without_notices = "notices" in snap.degraded or not getattr(rt.contract, "provides_notices", True)
+        without_notices = "notices" in snap.degraded or not rt.contract.provides_notices
         no_notice = frozenset(rt.region.pools) if without_notices else frozenset()
     return build_input(
         region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,

@@ -21,6 +21,7 @@ from spotctl.core.errors import ConfigError, RefusedError, SpotctlError
 from spotctl.core.lifecycle import forced_round
 from spotctl.core.models import Node, NodeState, Notice, NoticeKind
 from spotctl.core.planner import Action
+from spotctl.core.ports import NoticeStream
 
 from . import contract
 from .act import Outcome, execute, execute_drains
@@ -34,7 +35,7 @@ LOCK_WAIT_SECONDS = 10.0
 
 
 def _stream(rt: Runtime):
-    if not callable(getattr(rt.contract, "poll", None)):
+    if not isinstance(rt.contract, NoticeStream):
         raise ConfigError(
             f"region {rt.region.name!r}: the watcher needs a contract feed with a notice log",
             hint=f"configure [regions.{rt.region.name}.contract] with the provider's url "

@@ -373,6 +373,8 @@ class Provider:
 class SimContract:
     """The :class:`~spotctl.core.ports.ContractPort` of the demo region."""
 
+    provides_notices = True
+
     def __init__(self, world: "SimWorld"):
         self._w = world
 
