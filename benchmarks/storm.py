@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 import requests  # noqa: E402
 
 from benchmarks._services import env_of, pct  # noqa: E402
+from tests.integration.test_storm import LockHolds  # noqa: E402
 from spotctl.core.config import load_config  # noqa: E402
 from spotctl.core.models import Node, NodeState, Notice, NoticeKind  # noqa: E402
 from spotctl.core.ports import SystemClock  # noqa: E402
@@ -54,27 +55,6 @@ PDB_HOLD = 3.0  # seconds the budgets block every eviction
 GRACE = 2
 
 
-
-
-class LockTimer:
-    """Wraps the store's lock to measure how long each hold lasts."""
-
-    def __init__(self, store):
-        self.store, self.holds, self._t = store, [], None
-        self._try, self._unlock = store.try_lock, store.unlock
-        store.try_lock, store.unlock = self.try_lock, self.unlock
-
-    def try_lock(self):
-        ok = self._try()
-        if ok:
-            self._t = time.monotonic()
-        return ok
-
-    def unlock(self):
-        if self._t is not None:
-            self.holds.append(time.monotonic() - self._t)
-            self._t = None
-        return self._unlock()
 
 
 def scene(k_env: dict, n: int, tag: str) -> tuple[requests.Session, str, list[str]]:
@@ -135,7 +115,7 @@ def storm(region, k_env: dict, n: int, tmp: Path) -> dict:
     tag = f"{n}-{uuid.uuid4().hex[:5]}"
     http, ns, names = scene(k_env, n, tag)
     rt = runtime(region, tmp, names, concurrent=True)
-    locks = LockTimer(rt.store)
+    locks = LockHolds(rt.store)
     try:
         now = rt.now()
         notices = [Notice(id=f"hn-{name}", instance_id=f"i-{name}", kind=NoticeKind.HARD, issued_at=now - 0.05,
