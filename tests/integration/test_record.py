@@ -279,12 +279,7 @@ def test_a_broker_without_transactions_is_a_visible_degraded_state(tmp_path, boo
         assert st["relay"]["kafka"]["mode"] == "idempotent"
         assert "does not offer transactions" in st["degraded"]["relay.kafka.mode"]
         # degraded, not down: every event went, once
-        s = Store.open(db, name)
-        try:
-            assert s.outbox_pending("event")[0] == 0
-            rows = s.outbox_rows("event")
-        finally:
-            s.close()
+        rows = _delivered_events(db, name)
         events, dups = dedupe_checked(consume(bootstrap, f"spot.lifecycle.{name}"))
         assert dups == 0 and [e["id"] for e in events] == [json.loads(r["payload"])["id"] for r in rows]
 
@@ -312,6 +307,16 @@ def test_a_broker_without_transactions_is_a_visible_degraded_state(tmp_path, boo
     assert st["relay"]["kafka"]["mode"] == "transactional" and "relay.kafka.mode" not in st["degraded"]
 
 
+def _delivered_events(db, name) -> list:
+    """The region's outbox event rows, once none is left pending."""
+    s = Store.open(db, name)
+    try:
+        assert s.outbox_pending("event")[0] == 0
+        return s.outbox_rows("event")
+    finally:
+        s.close()
+
+
 def test_broker_down_outbox_grows_and_pass_exits_7_then_drains_in_order(tmp_path, bootstrap, receiver):
     name = f"down{uuid.uuid4().hex[:8]}"
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there: the broker is down
@@ -332,12 +337,7 @@ def test_broker_down_outbox_grows_and_pass_exits_7_then_drains_in_order(tmp_path
     cfg.write_text(cfg.read_text().replace(dead, bootstrap))  # the broker is back
     code, summary = _reconcile(cfg, name)
     assert code == 0, summary
-    s = Store.open(db, name)
-    try:
-        assert s.outbox_pending("event")[0] == 0
-        rows = s.outbox_rows("event")
-    finally:
-        s.close()
+    rows = _delivered_events(db, name)
     events, _ = dedupe(consume(bootstrap, f"spot.lifecycle.{name}"))
     assert [e["id"] for e in events] == [json.loads(r["payload"])["id"] for r in rows]  # drained in outbox order
     p = subprocess.run([str(BIN / "spotctl"), "-o", "json", "-r", name, "audit", "verify"],
