@@ -12,7 +12,6 @@ Options, in ``[regions.R.openstack]``::
     networks = "none"             # "none" | "auto" | comma-separated network ids
     key_name = "ops"              # optional keypair
     user_data = "..."             # template: {name} {pool} {region} {action_id}
-    schedule_wait_seconds = 20    # create waits this long for the scheduler's verdict (NoValidHost)
     wait_active_seconds = 600     # bound of wait_active() (tests, operators); a pass never waits for ACTIVE
     delete_verify_seconds = 300   # bound of delete_and_verify()
     timeout_seconds = 30          # per API call
@@ -36,7 +35,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -57,12 +56,14 @@ log = logging.getLogger(__name__)
 TAG_REGION = "spotctl:region"
 TAG_POOL = "spotctl:pool"
 TAG_ACTION = "spotctl:action"
-IRONIC_PREFIX = "ironic:"
+IRONIC_PREFIX = "ironic:"  # ironic:<node uuid>: a claim that has its node
+ALLOC_PREFIX = "ironic-alloc:"  # ironic-alloc:<allocation uuid>: a claim Ironic has not given a node yet
 # Placement 1.22: forbidden traits (skip hosts whose compute service is disabled); member_of (1.3), required (1.18).
 PLACEMENT_MICROVERSION = "1.22"
 IRONIC_ALLOCATION_MICROVERSION = "1.52"
 DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
-CAPACITY_FAULTS = ("no valid host", "exceeded maximum number of retries", "insufficient", "not enough")
+CAPACITY_FAULTS = ("no valid host", "exceeded maximum number of retries", "insufficient", "not enough",
+                   "quota exceeded")  # the last: Nova's quota recheck after scheduling
 BLAZAR_CACHE_SECONDS = 5.0
 # One polling interval for every bounded wait (scheduler verdict, ACTIVE, release). A wait never re-reads a
 # server it read less than one interval ago: a fresh read is reused, so waits that follow one another
@@ -84,7 +85,6 @@ class Options:
     networks: str = "none"
     key_name: str | None = None
     user_data: str | None = None
-    schedule_wait_seconds: int = 20
     wait_active_seconds: int = 600
     delete_verify_seconds: int = 300
     timeout_seconds: float = 30.0
@@ -486,15 +486,22 @@ class OpenStackCloud:
         for s in servers:
             if s.status in ("DELETED", "SOFT_DELETED"):
                 continue
+            if s.status == "ERROR" and not s.fault:
+                # Nova's list leaves the fault out: one GET of each failed server (rare) says why it failed
+                s = self._server(s.id) or s
             out.append(self._instance(s))
         return out
 
     def _instance(self, s) -> Instance:
         md = s.metadata or {}
         tags = {t.split("=", 1)[0]: t.split("=", 1)[1] for t in (s.tags or []) if "=" in t}
+        fault = ""
+        if s.status == "ERROR":
+            fault = (s.fault or {}).get("message", "") if isinstance(s.fault, dict) else str(s.fault or "")
         return Instance(id=s.id, name=s.name, pool=md.get(TAG_POOL) or tags.get(TAG_POOL, ""),
-                        status=s.status, action_id=md.get(TAG_ACTION) or tags.get(TAG_ACTION, ""),
-                        host=s.compute_host or s.hypervisor_hostname, created_at=_ts(s.created_at))
+                        status=s.status or "BUILD", action_id=md.get(TAG_ACTION) or tags.get(TAG_ACTION, ""),
+                        host=s.compute_host or s.hypervisor_hostname, created_at=_ts(s.created_at) or time.time(),
+                        fault=fault, no_room=s.status == "ERROR" and _no_room(fault))
 
     def instances(self) -> list[Instance]:
         out = self._servers()
@@ -535,34 +542,10 @@ class OpenStackCloud:
             attrs["user_data"] = base64.b64encode(ud.encode()).decode()
         server = self._call(f"nova create server in pool {pool.name}", lambda: self.conn.compute.create_server(**attrs))
         log.info("created server %s (%s) in pool %s for action %s", server.id, name, pool.name, action_id)
-        return self._await_schedule(server, pool)
-
-    def _await_schedule(self, server, pool: PoolSpec) -> Instance:
-        """Wait (bounded) for the scheduler's verdict: placed, or NoValidHost (→ CapacityError, server removed)."""
-        deadline = time.monotonic() + self.options.schedule_wait_seconds
-        s = server
-        while True:
-            s = self._call("nova get server", lambda: self.conn.compute.get_server(server.id))
-            self._saw(server.id, s)
-            if s.status != "BUILD" or (s.task_state not in ("scheduling", None)) or s.compute_host:
-                break
-            if time.monotonic() >= deadline:
-                log.info("server %s still scheduling after %ss; the next pass follows it", s.id,
-                         self.options.schedule_wait_seconds)
-                break
-            time.sleep(POLL_SECONDS)
-        if s.status == "ERROR":
-            fault = (s.fault or {}).get("message", "") if isinstance(s.fault, dict) else str(s.fault or "")
-            try:
-                self._call("nova delete failed server", lambda: self.conn.compute.delete_server(s.id,
-                                                                                                ignore_missing=True))
-            except SpotctlError as e:
-                log.warning("could not delete failed server %s: %s", s.id, e.message)
-            if any(f in fault.lower() for f in CAPACITY_FAULTS) or not fault:
-                raise CapacityError(f"pool {pool.name}: {fault or 'server went to ERROR while scheduling'}",
-                                    details={"pool": pool.name, "server": s.id})
-            raise TemporaryError(f"pool {pool.name}: server {s.id} failed: {fault}")
-        return self._instance(s)
+        # No wait for the scheduler's verdict (rule 2): NoValidHost shows in a later pass as an ERROR
+        # server with its fault (``Instance.no_room``); that pass fails the node and remembers the pool.
+        return Instance(id=server.id, name=name, pool=pool.name, status="BUILD", action_id=action_id,
+                        created_at=time.time())
 
     def _flavor(self, pool: PoolSpec):
         """The pool's Nova flavor (one flavor list per process); ConfigError when it does not exist."""
@@ -586,6 +569,8 @@ class OpenStackCloud:
         return self._images[ref]
 
     def delete_instance(self, instance_id: str) -> None:
+        if instance_id.startswith(ALLOC_PREFIX):
+            return self._ironic_unclaim(instance_id[len(ALLOC_PREFIX):])
         if instance_id.startswith(IRONIC_PREFIX):
             return self._ironic_delete(instance_id[len(IRONIC_PREFIX):])
         self._call(f"nova delete server {instance_id}",
@@ -593,7 +578,9 @@ class OpenStackCloud:
         log.info("deleted server %s", instance_id)
 
     def released(self, instance_id: str) -> bool:
-        """The server is gone and Placement holds no allocation for it."""
+        """The server is gone and Placement holds no allocation for it (a read: nothing is changed)."""
+        if instance_id.startswith(ALLOC_PREFIX):
+            return self._ironic_claim_released(instance_id[len(ALLOC_PREFIX):])
         if instance_id.startswith(IRONIC_PREFIX):
             return self._ironic_released(instance_id[len(IRONIC_PREFIX):])
         return self._server_gone(instance_id) and self._allocations_freed(instance_id)
@@ -616,6 +603,8 @@ class OpenStackCloud:
         while True:
             inst = self._get_instance(instance_id, reuse_fresh=first)
             first = False
+            if inst is not None and inst.step:
+                inst = self.advance(inst)
             if inst is not None and inst.status == "ACTIVE":
                 return inst
             if inst is not None and inst.status == "ERROR":
@@ -634,11 +623,13 @@ class OpenStackCloud:
         t0 = time.monotonic()
         bound = timeout if timeout is not None else self.options.delete_verify_seconds
         self.delete_instance(instance_id)
-        ironic = instance_id.startswith(IRONIC_PREFIX)
+        ironic = instance_id.startswith((IRONIC_PREFIX, ALLOC_PREFIX))
         gone = False
         while True:
             if ironic:
                 done = self.released(instance_id)
+                if not done:
+                    self.delete_instance(instance_id)  # a claim Ironic kept after the undeploy goes too
             else:
                 gone = gone or self._server_gone(instance_id)
                 done = gone and self._allocations_freed(instance_id)
@@ -653,9 +644,8 @@ class OpenStackCloud:
         return time.monotonic() - t0
 
     def _get_instance(self, instance_id: str, reuse_fresh: bool = False) -> Instance | None:
-        if instance_id.startswith(IRONIC_PREFIX):
-            uuid = instance_id[len(IRONIC_PREFIX):]
-            return next((i for i in self._ironic_instances() if i.id == instance_id or i.id.endswith(uuid)), None)
+        if instance_id.startswith((IRONIC_PREFIX, ALLOC_PREFIX)):
+            return next((i for i in self._ironic_instances() if instance_id in (i.id, i.claim)), None)
         seen = self._seen.get(instance_id) if reuse_fresh else None
         if seen is not None and time.monotonic() - seen[0] < POLL_SECONDS:
             s = seen[1]  # read less than one interval ago (create_instance's last poll): no second GET
@@ -725,22 +715,32 @@ class OpenStackCloud:
         if not allocs:
             return []
         nodes = {n.id: n for n in self._ironic_nodes()}
-        out = []
-        for a in allocs:
-            ex = a.extra or {}
-            n = nodes.get(a.node_id) if a.node_id else None
-            if a.state == "error" or n is None:
-                status = "ERROR"
-            elif n.provision_state == "active":
-                status = "ACTIVE"
-            elif n.provision_state in ("deploy failed", "error"):
-                status = "ERROR"
-            else:
-                status = "BUILD"
-            out.append(Instance(id=IRONIC_PREFIX + (a.node_id or a.id), name=a.name or a.id, pool=ex.get(TAG_POOL, ""),
-                                status=status, action_id=ex.get(TAG_ACTION, ""), host=n.name if n else None,
-                                created_at=_ts(a.created_at)))
-        return out
+        return [self._ironic_instance(a, nodes.get(a.node_id) if a.node_id else None) for a in allocs]
+
+    def _ironic_instance(self, a, n) -> "_IronicInstance":
+        """One of our allocations as an instance: a claim still allocating (``ironic-alloc:``), a claim
+        that has its node and waits for the deploy (step "deploy"), a deploying or active node."""
+        ex = a.extra or {}
+        fault, no_room, step = "", False, ""
+        if a.state == "error":
+            status, fault, no_room = "ERROR", a.last_error or "no node available", True
+        elif not a.node_id:
+            status = "BUILD"  # Ironic has not picked a node yet
+        elif n is None:
+            status, fault = "ERROR", f"node {a.node_id} of allocation {a.id} no longer exists"
+        elif n.provision_state == "active":
+            status = "ACTIVE"
+        elif n.provision_state in ("deploy failed", "error"):
+            status, fault = "ERROR", n.last_error or n.provision_state
+        elif n.provision_state == "available" and not n.target_provision_state:
+            status, step = "BUILD", "deploy"  # claimed, not yet deployed: advance() deploys it
+        else:
+            status = "BUILD"
+        iid = IRONIC_PREFIX + a.node_id if a.node_id else ALLOC_PREFIX + a.id
+        return _IronicInstance(id=iid, name=a.name or a.id, pool=ex.get(TAG_POOL, ""), status=status,
+                               action_id=ex.get(TAG_ACTION, ""), host=n.name if n is not None else None,
+                               created_at=_ts(a.created_at) or time.time(), fault=fault, no_room=no_room, step=step,
+                               claim=ALLOC_PREFIX + a.id)
 
     def ironic_node_state(self, instance_id: str) -> dict:
         """The Ironic node behind an instance: provision/power state and target (deadline arithmetic, operators)."""
@@ -751,47 +751,77 @@ class OpenStackCloud:
                 "maintenance": n.is_maintenance, "last_error": n.last_error}
 
     def _ironic_create(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
-        """Claim an available node of the pool's resource class (an Ironic allocation), then deploy it."""
+        """Claim a node of the pool's resource class (an Ironic allocation) and return at once: Ironic
+        picks the node in the background, and a later pass deploys it (:meth:`advance`, step "deploy").
+        CapacityError at once when no node of the class is free (counting claims still allocating)."""
         bm = self.conn.baremetal
+        # claims first, nodes second: a claim that gets its node in between counts twice (safe), never zero times
+        waiting = [a for a in self._call("ironic list allocations",
+                                         lambda: list(bm.allocations(state="allocating")))
+                   if a.resource_class == pool.resource_class]
+        free = [n for n in self._ironic_nodes(pool.resource_class)
+                if n.provision_state == "available" and not n.is_maintenance and not n.instance_id
+                and not n.allocation_id and n.power_state is not None]
+        if len(free) <= len(waiting):
+            raise CapacityError(f"pool {pool.name}: no available {pool.resource_class} node "
+                                f"({len(free)} free, {len(waiting)} claim(s) allocating)", details={"pool": pool.name})
         extra = {TAG_REGION: self.region.name, TAG_POOL: pool.name, TAG_ACTION: action_id}
         po = self.options.pool(pool.name)
         alloc = self._call(f"ironic allocate a {pool.resource_class} node", lambda: bm.create_allocation(
             resource_class=pool.resource_class, name=_hostname(name), extra=extra, traits=list(po.traits)))
+        log.info("claimed an Ironic %s node for pool %s, action %s (allocation %s)", pool.resource_class,
+                 pool.name, action_id, alloc.id)
+        return self._ironic_instance(alloc, None) if not alloc.node_id else Instance(
+            id=IRONIC_PREFIX + alloc.node_id, name=name, pool=pool.name, status="BUILD", action_id=action_id,
+            created_at=time.time(), step="deploy")
+
+    def advance(self, instance: Instance) -> Instance:
+        """Deploy a claimed Ironic node (step "deploy"): the image, the config drive, provision "active".
+        One round of calls, no wait; a Nova server goes on by itself and is returned as it is."""
+        if instance.step != "deploy" or not instance.id.startswith(IRONIC_PREFIX):
+            return instance
+        bm = self.conn.baremetal
+        node_id = instance.id[len(IRONIC_PREFIX):]
+        pool = self.region.pools.get(instance.pool)
+        if pool is None:
+            raise ConfigError(f"Ironic node {node_id} is claimed for pool {instance.pool!r}, which the region "
+                              "does not have")
+        po = self.options.pool(pool.name)
+        image = self._image(po.image or pool.image or self.options.image, pool)
+        info = {"image_source": image, "display_name": instance.name}
+        self._call("ironic set instance_info", lambda: bm.patch_node(node_id, [
+            {"op": "add", "path": "/instance_info", "value": info}]))
+        ud = None
+        if self.options.user_data:
+            ud = {"user_data": self.options.user_data.format(name=instance.name, pool=pool.name,
+                                                            region=self.region.name, action_id=instance.action_id)}
+        self._call("ironic deploy node", lambda: bm.set_node_provision_state(node_id, "active", config_drive=ud))
+        log.info("deploying Ironic node %s (%s) for pool %s, action %s", node_id, instance.name, pool.name,
+                 instance.action_id)
+        return replace(instance, step="")
+
+    def _ironic_unclaim(self, alloc_id: str) -> None:
+        """Give up a claim: undeploy its node if it has one by now, else delete the allocation."""
+        bm = self.conn.baremetal
+        a = self._allocation(alloc_id)
+        if a is None:
+            return
+        if a.node_id:
+            return self._ironic_delete(a.node_id)
+        self._call("ironic delete allocation", lambda: bm.delete_allocation(a, ignore_missing=True))
+
+    def _allocation(self, alloc_id: str):
+        """One GET of an allocation; None when Ironic no longer has it."""
         try:
-            alloc = self._call("ironic wait for allocation",
-                               lambda: bm.wait_for_allocation(alloc, timeout=self.options.schedule_wait_seconds,
-                                                              ignore_error=True))
-        except TemporaryError:
-            return Instance(id=IRONIC_PREFIX + alloc.id, name=name, pool=pool.name, status="BUILD",
-                            action_id=action_id, created_at=time.time())
-        if alloc.state == "error" or not alloc.node_id:
-            why = alloc.last_error or "no node available"
-            self._call("ironic delete allocation", lambda: bm.delete_allocation(alloc, ignore_missing=True))
-            raise CapacityError(f"pool {pool.name}: no available {pool.resource_class} node: {why}",
-                                details={"pool": pool.name})
-        node_id = alloc.node_id
-        try:
-            image = self._image(po.image or pool.image or self.options.image, pool)
-            info = {"image_source": image, "display_name": name}
-            self._call("ironic set instance_info", lambda: bm.patch_node(node_id, [
-                {"op": "add", "path": "/instance_info", "value": info}]))
-            ud = None
-            if self.options.user_data:
-                ud = {"user_data": self.options.user_data.format(name=name, pool=pool.name, region=self.region.name,
-                                                                action_id=action_id)}
-            self._call("ironic deploy node", lambda: bm.set_node_provision_state(node_id, "active", config_drive=ud))
-        except SpotctlError:
-            # roll the claim back: nothing half-done stays behind
-            try:
-                self._call("ironic delete allocation", lambda: bm.delete_allocation(alloc, ignore_missing=True))
-            except SpotctlError as e:
-                log.warning("could not release Ironic allocation %s: %s", alloc.id, e.message)
-            raise
-        log.info("deploying Ironic node %s (%s) for pool %s, action %s", node_id, name, pool.name, action_id)
-        n = self._call("ironic get node", lambda: bm.get_node(node_id))
-        return Instance(id=IRONIC_PREFIX + node_id, name=name, pool=pool.name,
-                        status="ACTIVE" if n.provision_state == "active" else "BUILD", action_id=action_id,
-                        host=n.name, created_at=_ts(alloc.created_at) or time.time())
+            return self._call("ironic get allocation", lambda: self.conn.baremetal.get_allocation(alloc_id))
+        except NotFoundError:
+            return None
+
+    def _ironic_claim_released(self, alloc_id: str) -> bool:
+        a = self._allocation(alloc_id)
+        if a is None:
+            return True
+        return bool(a.node_id) and self._ironic_released(a.node_id)
 
     def _ironic_delete(self, node_id: str) -> None:
         bm = self.conn.baremetal
@@ -802,22 +832,29 @@ class OpenStackCloud:
         elif n.provision_state in ("deploying",):
             raise TemporaryError(f"Ironic node {node_id} is still deploying; undeploy next pass")
         elif n.provision_state == "available" and n.allocation_id:
-            self._call("ironic delete allocation",
-                       lambda: bm.delete_allocation(n.allocation_id, ignore_missing=True))
+            # never deployed, or undeployed with the claim kept: drop the claim if it is ours
+            alloc = self._allocation(n.allocation_id)
+            if alloc is not None and (alloc.extra or {}).get(TAG_REGION) == self.region.name:
+                self._call("ironic delete allocation", lambda: bm.delete_allocation(alloc, ignore_missing=True))
 
     def _ironic_released(self, node_id: str) -> bool:
-        bm = self.conn.baremetal
-        n = self._call("ironic get node", lambda: bm.find_node(node_id, ignore_missing=True))
+        """The node is back: available, no instance, no claim (a read; delete_instance drops a kept claim)."""
+        n = self._call("ironic get node", lambda: self.conn.baremetal.find_node(node_id, ignore_missing=True))
         if n is None:
             return True
-        if n.provision_state == "available" and n.allocation_id:
-            # undeploy done; drop our claim if Ironic kept it
-            alloc = self._call("ironic get allocation",
-                               lambda: bm.get_allocation(n.allocation_id))
-            if (alloc.extra or {}).get(TAG_REGION) == self.region.name:
-                self._call("ironic delete allocation", lambda: bm.delete_allocation(alloc, ignore_missing=True))
-            return False
         return n.provision_state == "available" and not n.instance_id and not n.allocation_id
+
+
+@dataclass(frozen=True, slots=True)
+class _IronicInstance(Instance):
+    """An Ironic instance with its claim's id, which stays when the id moves to the node's."""
+
+    claim: str = ""
+
+
+def _no_room(fault: str) -> bool:
+    """A build fault that means the pool is full (NoValidHost and kin), or no fault said at all."""
+    return not fault or any(f in fault.lower() for f in CAPACITY_FAULTS)
 
 
 def _rc(resource_class: str) -> str:

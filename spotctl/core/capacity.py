@@ -136,3 +136,15 @@ def calendar_id(calendars: dict[str, Calendar]) -> str:
     """A short stable id of a set of calendars (recorded with each action)."""
     blob = json.dumps({k: c.steps for k, c in sorted(calendars.items())}, separators=(",", ":"))
     return "cal-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def also_full(failed: PoolSpec, pools: dict[str, PoolSpec]) -> list[str]:
+    """The pools a "no room" refusal in ``failed`` says are full too: the same hosts (same kind, AZ and
+    aggregate or resource class) and a shape at least as large in every dimension. A smaller sibling may
+    still fit, so it is not included. ``failed`` itself comes first."""
+    def same_hosts(p: PoolSpec) -> bool:
+        return (p.kind, p.az, p.aggregate, p.resource_class) == (failed.kind, failed.az, failed.aggregate,
+                                                                  failed.resource_class)
+
+    return [failed.name] + sorted(n for n, p in pools.items()
+                                  if n != failed.name and same_hosts(p) and failed.shape.fits_in(p.shape))

@@ -237,6 +237,13 @@ class Instance:
     action_id: str
     host: str | None = None
     created_at: float = 0.0
+    #: Why an ERROR instance failed, as the cloud said it (Nova's fault message, Ironic's last_error).
+    fault: str = ""
+    #: An ERROR instance that failed for want of room (NoValidHost, no free node): the pool is full.
+    no_room: bool = False
+    #: A started instance that needs one more call to go on (``CloudPort.advance``): e.g. "deploy"
+    #: once Ironic has given an allocation its node. Empty when the cloud goes on by itself.
+    step: str = ""
 
 
 @dataclass(frozen=True, slots=True)

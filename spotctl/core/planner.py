@@ -255,8 +255,8 @@ def build_input(
     advisories: dict[str, int] = {}
     views = []
     for node in sorted(nodes, key=lambda n: n.id):
-        if not node.live:
-            continue
+        if not node.live and not (node.state is NodeState.FAILED and node.instance_id):
+            continue  # a failed node with an instance (an ERROR server) stays: the planner deletes it
         us = by_node.get(node.id, [])
         used = us[0].used if len(us) == 1 else Shape()
         running = 0

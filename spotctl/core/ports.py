@@ -78,7 +78,13 @@ class CloudPort(Protocol):
         """The instance tagged with this action id, if it exists (idempotency)."""
 
     def create_instance(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
-        """Create a spot instance tagged with ``action_id``; raise CapacityError when it cannot fit."""
+        """Start a spot instance tagged with ``action_id`` and return at once, without waiting for the
+        cloud's scheduler (rule 2): CapacityError when the cloud refuses it now; a refusal the cloud only
+        reaches later shows as an ERROR instance with ``no_room`` in a later ``instances()``."""
+
+    def advance(self, instance: Instance) -> Instance:
+        """Take the one next step of a started instance whose ``step`` is set (no wait); the instance
+        as it is afterwards. An instance without a step is returned as it is."""
 
     def delete_instance(self, instance_id: str) -> None:
         """Delete an instance; deleting one that is already gone is not an error."""

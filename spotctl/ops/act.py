@@ -23,6 +23,7 @@ from spotctl.core.lifecycle import bound_schedulers
 from spotctl.core.models import DrainProgress, Node, NodeState
 from spotctl.core.planner import Action
 
+from .observe import remember_full
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
         with store.tx():
             store.transition(node, NodeState.FAILED, reason=f"{why}: {e.message}", at=now, actor=rt.actor)
             if capacity:
-                store.remember_failure(pool.name, now + rt.region.policy.failure_ttl_seconds, e.message, now)
+                remember_full(rt, pool, e.message, now)
             store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
                         inputs={"pool": pool.name, "error": e.message, "action_id": node.action_id}, at=now)
         return False, f"{pool.name}: {e.message}" + (" (will retry next pass)" if temporary else "")

@@ -10,7 +10,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from spotctl.core.capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, forward_calendar, headroom
+from spotctl.core.budget import Priority
+from spotctl.core.capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, also_full, forward_calendar, headroom
 from spotctl.core.errors import AuthError, ConfigError, SpotctlError
 from spotctl.core.models import (
     Exclusion,
@@ -21,6 +22,7 @@ from spotctl.core.models import (
     NodeUsage,
     Notice,
     NoticeKind,
+    PoolSpec,
     Quota,
     RateCard,
     WorkUnit,
@@ -123,9 +125,11 @@ def sync_nodes(rt: Runtime, snap: Snapshot) -> tuple[dict[str, int], list[Node]]
     # cloud or scheduler must not hold the database's write lock).
     released = _check_released(rt, snap)
     with rt.store.tx():  # one transaction: cheap when nothing changed, atomic when something did
-        changed, live, vanished = _sync_nodes(rt, snap, released)
+        changed, live, vanished, steps = _sync_nodes(rt, snap, released)
     for node in vanished:
         _forget(rt, node)
+    if steps:
+        changed["advanced"] = _advance(rt, steps)
     return changed, live
 
 
@@ -140,11 +144,14 @@ def _check_released(rt: Runtime, snap: Snapshot) -> dict[str, bool]:
 
 
 def _sync_nodes(rt: Runtime, snap: Snapshot,
-                released: dict[str, bool]) -> tuple[dict[str, int], list[Node], list[Node]]:
+                released: dict[str, bool]) -> tuple[dict[str, int], list[Node], list[Node],
+                                                    list[tuple[Node, Instance]]]:
     store, now, actor = rt.store, snap.now, rt.actor
     vanished: list[Node] = []  # gone or lost: the schedulers forget them after the transaction
-    changed = {"adopted": 0, "active": 0, "failed": 0, "lost": 0, "gone": 0, "noticed": 0}
-    nodes = store.nodes(live_only=True)
+    steps: list[tuple[Node, Instance]] = []  # building instances that need one call to go on, made after the transaction
+    changed = {"adopted": 0, "active": 0, "failed": 0, "lost": 0, "gone": 0, "noticed": 0, "advanced": 0}
+    # live nodes, and failed ones whose instance may still exist (an ERROR server): the planner deletes those
+    nodes = store.nodes(live_only=True) + [n for n in store.nodes(states=(NodeState.FAILED,)) if n.instance_id]
     adopted: list[Node] = []
     by_action = {n.action_id: n for n in nodes}
     hard: dict[str, Notice] = {}
@@ -180,13 +187,17 @@ def _sync_nodes(rt: Runtime, snap: Snapshot,
                 if node.state is NodeState.INTENDED:
                     store.transition(node, NodeState.BUILDING, reason="instance found by its action tag",
                                      at=now, actor=actor, instance_id=inst.id, host=inst.host)
+                elif node.state is NodeState.BUILDING and (inst.id, inst.host) != (node.instance_id, node.host):
+                    store.update_node(node, instance_id=inst.id, host=inst.host)  # e.g. an Ironic claim got its node
                 if inst.status == "ACTIVE" and node.state is NodeState.BUILDING:
                     store.transition(node, NodeState.ACTIVE, reason="instance active", at=now, actor=actor,
                                      instance_id=inst.id, host=inst.host, idle_since=now)
                     changed["active"] += 1
                 elif inst.status == "ERROR" and node.state in (NodeState.BUILDING,):
-                    store.transition(node, NodeState.FAILED, reason="instance in ERROR", at=now, actor=actor)
+                    _build_failed(rt, node, inst, now)
                     changed["failed"] += 1
+                elif inst.step and node.state is NodeState.BUILDING:
+                    steps.append((node, inst))
                 nt = hard.get(inst.id)
                 if nt is not None and node.notice_id != nt.id:
                     store.update_node(node, notice_id=nt.id, notice_deadline=nt.deadline)
@@ -219,7 +230,53 @@ def _sync_nodes(rt: Runtime, snap: Snapshot,
                                at=now, delivered_at=nt.delivered_at, pool=nt.pool or (node.pool if node else None))
         if new and node is not None:
             notice_event(store, nt, node, now)
-    return changed, sorted((n for n in nodes + adopted if n.live), key=lambda n: n.id), vanished
+    return changed, sorted((n for n in nodes + adopted if _plannable(n)), key=lambda n: n.id), vanished, steps
+
+
+def _plannable(n: Node) -> bool:
+    """A node the planner acts on: live, or failed with an instance to delete."""
+    return n.live or (n.state is NodeState.FAILED and bool(n.instance_id))
+
+
+def _build_failed(rt: Runtime, node: Node, inst: Instance, now: float) -> None:
+    """The cloud gave up building the node's instance. For want of room (NoValidHost, no free node) the
+    pool is remembered as full, as when the create itself is refused, and the planner falls back."""
+    store = rt.store
+    why = inst.fault or "no reason given"
+    store.transition(node, NodeState.FAILED, reason=f"instance in ERROR: {why}", at=now, actor=rt.actor)
+    pool = rt.region.pools.get(node.pool)
+    if inst.no_room and pool is not None:
+        remember_full(rt, pool, why, now)
+    store.audit(actor=rt.actor, action="node.build", target=node.id, result="failed",
+                inputs={"pool": node.pool, "instance_id": inst.id, "fault": why, "no_room": inst.no_room,
+                        "action_id": node.action_id}, at=now)
+
+
+def remember_full(rt: Runtime, pool: PoolSpec, why: str, now: float) -> None:
+    """Remember a pool as full for ``failure_ttl_seconds``, with the larger pools on the same hosts."""
+    until = now + rt.region.policy.failure_ttl_seconds
+    for name in also_full(pool, rt.region.pools):
+        rt.store.remember_failure(name, until, why if name == pool.name else f"{why} (in pool {pool.name})", now)
+
+
+def _advance(rt: Runtime, steps: list[tuple[Node, Instance]]) -> int:
+    """Take the next step of each instance that waits for one (an Ironic deploy), one call each, a token each."""
+    done = 0
+    for node, inst in steps:
+        if not rt.take_token(Priority.LAUNCH):
+            break  # the next pass takes it
+        try:
+            rt.cloud.advance(inst)
+            result, extra = "ok", {}
+        except SpotctlError as e:
+            result, extra = "failed", {"error": e.message}
+            log.warning("could not %s %s: %s", inst.step, inst.id, e.message)
+        done += result == "ok"
+        with rt.store.tx():
+            rt.store.audit(actor=rt.actor, action=f"node.{inst.step}", target=node.id, result=result,
+                           inputs={"pool": node.pool, "instance_id": inst.id, "action_id": node.action_id, **extra},
+                           at=rt.now())
+    return done
 
 
 def notice_event(store, nt: Notice, node: Node, at: float) -> None:
@@ -263,7 +320,9 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
     return build_input(
         region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
         headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota,
-        rate_card=snap.rate_card, nodes=nodes if nodes is not None else rt.store.nodes(live_only=True),
+        rate_card=snap.rate_card, nodes=nodes if nodes is not None else [
+            n for n in rt.store.nodes(live_only=True) + rt.store.nodes(states=(NodeState.FAILED,))
+            if _plannable(n)],
         usage=snap.usage, notices=snap.notices,
         units=snap.units, excluded=excluded, recent_reclaims=rt.store.recent_reclaims(now - RECLAIM_WINDOW),
         pool_failures=rt.store.pool_failures(now), budget=rt.bucket(), no_notice_pools=no_notice,

@@ -30,6 +30,7 @@ from spotctl.core.models import Scheduler, Shape, WorkUnit
 from spotctl.core.planner import plan as make_plan
 
 from .conftest import testenv as start_env
+from .conftest import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -231,6 +232,7 @@ def test_quota_caps_headroom(cloud, runtime, admin):
 
     spot = admin.identity.find_project("spot", ignore_missing=False)
     inst = cloud.create_instance(runtime.region.pools["small"], "spot-q-0", "q-0")
+    cloud.wait_active(inst.id, 60)  # Nova counts an instance against the quota once it is scheduled
     admin.compute.update_quota_set(spot, instances=2, cores=64, ram=65536)
     q = cloud.quota()
     assert q.instances == 1 and q.vcpu == 64 - 1 and q.ram_mb == 65536 - 1024
@@ -241,7 +243,7 @@ def test_quota_caps_headroom(cloud, runtime, admin):
     assert sum(a.count for a in launches) == 1, p.explain
     assert any("quota (instances)" in r for r in p.unplaced), p.unplaced
     # and Nova itself refuses past the quota: a CapacityError, not a crash
-    cloud.create_instance(runtime.region.pools["small"], "spot-q-1", "q-1")
+    cloud.wait_active(cloud.create_instance(runtime.region.pools["small"], "spot-q-1", "q-1").id, 60)
     with pytest.raises(CapacityError, match="(?i)quota"):
         cloud.create_instance(runtime.region.pools["small"], "spot-q-2", "q-2")
     assert inst.id
@@ -359,16 +361,33 @@ def test_kill_between_intent_and_effect_next_pass_adopts_without_duplicate(env, 
     """SIGKILL `spotctl launch` as soon as its first server exists; the next pass finishes the job."""
     from spotctl.state.store import Store
 
+    import sqlite3
+
+    db = Path(env["SPOTCTL_STATE_DIR"]) / "lab.db"
     proc = subprocess.Popen([str(BIN / "spotctl"), "-o", "json", "launch", "--pool", "general", "--count", "3"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Hold the state DB's write lock as soon as the first intended node is committed: the launch creates that
+    # node's server, then blocks on recording it (busy timeout 10 s), and is killed there.
+    lock = None
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if list(admin.compute.servers(all_projects=True, tags=REGION_TAG)):
-            break
-        time.sleep(0.05)
+    while time.monotonic() < deadline and lock is None:
+        try:
+            c = sqlite3.connect(str(db), timeout=0.05, isolation_level=None)
+            if c.execute("SELECT 1 FROM sqlite_master WHERE name='nodes'").fetchone() and \
+                    c.execute("SELECT 1 FROM nodes WHERE state='intended'").fetchone():
+                c.execute("BEGIN IMMEDIATE")
+                lock = c
+            else:
+                c.close()
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.01)
+    assert lock is not None, "no intended node appeared"
+    wait_until(lambda: list(admin.compute.servers(all_projects=True, tags=REGION_TAG)), "the first server", 8)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    db = Path(env["SPOTCTL_STATE_DIR"]) / "lab.db"
+    lock.execute("ROLLBACK")
+    lock.close()
     store = Store.open(db, "lab")
     try:
         before = {n.action_id: n for n in store.nodes()}
@@ -422,27 +441,41 @@ def test_server_deleted_behind_our_back_becomes_lost(env, admin):
     assert st["pools"][[p["name"] for p in st["pools"]].index("small")]["nodes"] == 1
 
 
-def test_no_valid_host_falls_back_to_next_pool_in_the_same_pass(runtime, admin):
+def test_no_valid_host_is_seen_by_the_next_pass_which_falls_back_without_waiting(runtime, admin):
+    """NoValidHost comes from Nova's scheduler after the create returned: the pass that launched does not wait
+    for it (rule 2); the next pass sees the ERROR server with its fault, fails the node, remembers the pool as
+    full, deletes the server and launches in the next pool."""
     from spotctl.ops.reconcile import run_pass
 
     # the reserved pools (cheapest per vCPU) keep headroom in Placement, but their only host is down for Nova
     svc = next(s for s in admin.compute.services(binary="nova-compute") if s.host == "fake-compute-4")
     admin.compute.update_service_forced_down(svc, svc.host, "nova-compute", True)
     runtime.schedulers = [PendingQueue(_units(2, 1200))]
-    result = run_pass(runtime)
-    outs = [o for o in result.outcomes if o.kind == "launch"]
-    failed = [o for o in outs if o.status == "failed"]
-    ok = [o for o in outs if o.status == "ok"]
-    assert failed and all(o.pool.startswith("reserved") for o in failed), [o.to_dict() for o in outs]
-    assert any("no valid host" in o.detail.lower() for o in failed), [o.detail for o in failed]
-    assert ok and all(not o.pool.startswith("reserved") for o in ok)
-    assert sum(o.done for o in ok) >= 1
-    assert result.status == "ok", result.to_dict()
-    # the failed pool is remembered; no ERROR server is left behind
-    assert set(runtime.store.pool_failures(runtime.now())) >= {failed[0].pool}
-    servers = list(admin.compute.servers(all_projects=True, tags=REGION_TAG))
-    assert servers and all(s.status != "ERROR" for s in servers)
-    assert all(s.availability_zone != "nova" for s in servers)
+    t0 = time.monotonic()
+    first = run_pass(runtime)
+    took = time.monotonic() - t0
+    launched = [o for o in first.outcomes if o.kind == "launch" and o.status == "ok"]
+    assert launched and all(o.pool.startswith("reserved") for o in launched), [o.to_dict() for o in first.outcomes]
+    assert took < 5, f"the launching pass took {took:.1f}s: it waited for the scheduler"
+    ids = {n.instance_id for n in runtime.store.nodes(live_only=True)}
+    wait_until(lambda: all(admin.compute.get_server(i).status == "ERROR" for i in ids), "NoValidHost", 60)
+
+    second = run_pass(runtime)
+    assert second.synced["failed"] == len(ids), second.to_dict()
+    failed = {n.pool for n in runtime.store.nodes() if str(n.state) in ("failed", "deleting", "gone")}
+    assert failed and all(p.startswith("reserved") for p in failed)
+    assert set(runtime.store.pool_failures(runtime.now())) >= failed
+    builds = [r for r in runtime.store.audit_records() if r["action"] == "node.build"]
+    assert builds and all(r["result"] == "failed" and "no valid host" in r["inputs"]["fault"].lower()
+                          for r in builds), builds
+    ok = [o for o in second.outcomes if o.kind == "launch" and o.status == "ok"]
+    assert ok and all(not o.pool.startswith("reserved") for o in ok), [o.to_dict() for o in second.outcomes]
+    assert second.status == "ok", second.to_dict()
+    # the ERROR servers are deleted by the pass that saw them
+    deletes = [o for o in second.outcomes if o.kind == "delete"]
+    assert len(deletes) == len(ids) and all(o.status == "ok" for o in deletes), [o.to_dict() for o in second.outcomes]
+    wait_until(lambda: not [s for s in admin.compute.servers(all_projects=True, tags=REGION_TAG)
+                            if s.status == "ERROR"], "ERROR servers deleted", 60)
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -507,9 +540,12 @@ def test_bare_metal_through_ironic_fake_hardware(cloud, region, admin):
     pool = region.pools["metal"]
     before = [h for h in cloud.hosts(region.pools) if h.pool == "metal"]
     assert len(before) == 3 and headroom(pool, before, time.time()).free == 3
+    t0 = time.monotonic()
     inst = cloud.create_instance(pool, "spot-metal-0", "bm-0")
+    assert time.monotonic() - t0 < 5 and inst.status == "BUILD"  # a claim, no wait for Ironic to pick a node
+    assert inst.id.startswith(("ironic-alloc:", "ironic:"))
+    inst = cloud.wait_active(inst.id, 60)  # (a test's wait: it deploys the claimed node, advance())
     assert inst.id.startswith("ironic:")
-    inst = cloud.wait_active(inst.id, 60)
     state = cloud.ironic_node_state(inst.id)
     assert state["provision_state"] == "active" and state["name"] == inst.host
     node = admin.baremetal.get_node(inst.id.split(":", 1)[1])
@@ -527,6 +563,31 @@ def test_bare_metal_through_ironic_fake_hardware(cloud, region, admin):
         assert cloud.delete_and_verify(i.id, 60) < 60
     assert not [i for i in cloud.instances() if i.pool == "metal"]
     assert all(n.provision_state == "available" for n in admin.baremetal.nodes(details=True))
+
+
+def test_bare_metal_passes_claim_then_deploy_without_waiting(runtime, admin):
+    """A pass claims an Ironic node and returns; a later pass deploys the claimed node (audited, a token
+    spent); a later one sees it active. No pass waits for Ironic."""
+    from spotctl.ops.reconcile import run_pass
+
+    runtime.schedulers = [PendingQueue(_units(1, 1200, features=("metal",), vcpu=6, ram_mb=8192))]
+    durations, deployed = [], []
+    for _ in range(20):
+        t0 = time.monotonic()
+        result = run_pass(runtime)
+        durations.append(time.monotonic() - t0)
+        assert result.status == "ok", result.to_dict()
+        deployed += [r for r in runtime.store.audit_records() if r["action"] == "node.deploy" and r not in deployed]
+        nodes = [n for n in runtime.store.nodes(live_only=True) if n.pool == "metal"]
+        if nodes and all(str(n.state) == "active" for n in nodes):
+            break
+        time.sleep(0.5)
+    assert len(nodes) == 1 and str(nodes[0].state) == "active", nodes
+    assert nodes[0].instance_id.startswith("ironic:") and nodes[0].host and nodes[0].host.startswith("bm-")
+    assert [r["result"] for r in deployed] == ["ok"], deployed
+    assert max(durations) < 5, durations
+    node = admin.baremetal.get_node(nodes[0].instance_id.split(":", 1)[1])
+    assert node.provision_state == "active" and node.instance_info.get("display_name") == nodes[0].id
 
 
 # -- performance ------------------------------------------------------------------------------------------------

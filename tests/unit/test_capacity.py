@@ -28,3 +28,19 @@ def test_calendar_steps_down_at_reservation_minus_cleaning_and_back_after():
     assert cal.safe_until(8, NOW) == cal.end
     assert cal.safe_until(9, NOW) == NOW + 2700
     assert calendar_id({"p1": cal}) == calendar_id({"p1": forward_calendar(p, hs, res, NOW)})
+
+
+def test_a_full_pool_says_the_larger_pools_on_its_hosts_are_full_too():
+    from spotctl.core.capacity import also_full
+    from spotctl.core.models import PoolClass, PoolKind, PoolSpec, Shape
+
+    def pool(name, vcpu, ram, agg="freepool", az="nova"):
+        return PoolSpec(name=name, kind=PoolKind.VM, pool_class=PoolClass.RESERVED_IDLE, az=az, shape=Shape(vcpu, ram),
+                        aggregate=agg)
+
+    pools = {p.name: p for p in (pool("reserved", 2, 2048), pool("reserved-large", 4, 4096),
+                                 pool("reserved-tiny", 1, 1024), pool("general", 4, 4096, agg="agg-general"),
+                                 pool("other-az", 4, 4096, az="az2"))}
+    assert also_full(pools["reserved"], pools) == ["reserved", "reserved-large"]
+    assert also_full(pools["reserved-large"], pools) == ["reserved-large"]
+    assert also_full(pools["reserved-tiny"], pools) == ["reserved-tiny", "reserved", "reserved-large"]

@@ -152,6 +152,11 @@ def cloud() -> None:
             if resp.status_code >= 300:
                 sys.exit(f"blazar host-create {h}: {resp.status_code} {resp.text[:300]}")
     log("blazar hosts ok")
+    config()
+
+
+def config() -> None:
+    """Write spotctl's config for the lab (every `up`: a cloud left running keeps up with the repo's config)."""
     out = os.environ.get("SPOTCTL_CONFIG_OUT")
     if out:
         tmp = out + ".tmp"
@@ -193,7 +198,6 @@ max_launches_per_pass = 10
 image = "spot-image"
 networks = "none"
 wait_active_seconds = 60
-schedule_wait_seconds = 20
 delete_verify_seconds = 60
 blazar = true
 user_data = """#cloud-config
@@ -276,4 +280,4 @@ slurm = { partition = "spot", features = ["metal"] }
 '''
 
 if __name__ == "__main__":
-    {"keystone": keystone, "cloud": cloud, "check": check}[sys.argv[1]]()
+    {"keystone": keystone, "cloud": cloud, "check": check, "config": config}[sys.argv[1]]()
