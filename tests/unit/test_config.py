@@ -107,9 +107,12 @@ def test_an_explicit_environment_never_reads_this_hosts_files(tmp_path, monkeypa
     assert load_config(env={"HOME": str(home)}).default_region == "from-home"
 
 
-def test_a_key_that_does_nothing_is_refused_not_silently_ignored(tmp_path):
-    """deploy_seconds was parsed and never used: it is gone, and a config that sets it says so."""
+@pytest.mark.parametrize("table,key", [("openstack.pools.metal", "deploy_seconds"),
+                                       ("openstack", "schedule_wait_seconds")])
+def test_a_key_that_does_nothing_is_refused_not_silently_ignored(tmp_path, table, key):
+    """deploy_seconds was parsed and never used; schedule_wait_seconds bounded a wait that no pass makes any
+    more (create returns at once). Both are gone, and a config that sets one says so."""
     f = tmp_path / "c.toml"
-    f.write_text('[regions.r]\nbackend = "sim"\n[regions.r.openstack.pools.metal]\ndeploy_seconds = 600\n')
-    with pytest.raises(ConfigError, match="deploy_seconds"):
+    f.write_text(f'[regions.r]\nbackend = "sim"\n[regions.r.{table}]\n{key} = 20\n')
+    with pytest.raises(ConfigError, match=key):
         load_config(env={"SPOTCTL_CONFIG": str(f)})
