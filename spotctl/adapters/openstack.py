@@ -223,7 +223,11 @@ class OpenStackCloud:
                     import openstack
 
                     try:
-                        self._conn = openstack.connect(cloud=self.cloud_name, api_timeout=self.options.timeout_seconds)
+                        # no retries inside the SDK (Ironic's 409/503 are retried 5 times, ~16 s, by default):
+                        # a pass never waits; the next pass tries again
+                        self._conn = openstack.connect(cloud=self.cloud_name, api_timeout=self.options.timeout_seconds,
+                                                       baremetal_status_code_retries=0,
+                                                       image_status_code_retries=0)
                     except Exception as e:
                         raise translate(e, f"cloud {self.cloud_name!r}") from None
         return self._conn
@@ -825,7 +829,9 @@ class OpenStackCloud:
 
     def _ironic_delete(self, node_id: str) -> None:
         bm = self.conn.baremetal
-        n = self._call("ironic get node", lambda: bm.get_node(node_id))  # NotFoundError: nothing to do
+        n = self._call("ironic get node", lambda: bm.find_node(node_id, ignore_missing=True))
+        if n is None:
+            return  # the node is gone: nothing to delete
         if n.provision_state in ("active", "deploy failed", "error", "wait call-back"):
             self._call("ironic undeploy node", lambda: bm.set_node_provision_state(node_id, "deleted"))
             log.info("undeploying Ironic node %s", node_id)
