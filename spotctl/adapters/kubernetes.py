@@ -92,6 +92,8 @@ SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 ANNOTATION_CORDONED = "spotctl.io/cordoned"
 ANNOTATION_REASON = "spotctl.io/cordon-reason"
+ANNOTATION_SAFE_UNTIL = "spotctl.io/safe-until"  # protect(): work on the node must end by then (RFC 3339)
+TAINT_WINDOW = "spotctl.io/window-closing"  # protect(closed=True): too little time left for new work
 DONE_PHASES = ("Succeeded", "Failed")
 ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -307,6 +309,10 @@ def _ts(text: str | None) -> float:
         return 0.0
 
 
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
 def digest(pod: dict, settings: Settings) -> PodView:
     """Reduce a Pod object to a :class:`PodView`; a malformed pod gets ``problem`` set instead of raising."""
     md = pod.get("metadata") or {}
@@ -399,6 +405,10 @@ class Api:
         self.base = conn.server.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
+        # as many pooled connections as a storm's drain fan-out has workers (ops.act.DRAIN_WORKERS)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
+        self.session.mount("https://", adapter)
+        self.session.mount("http://", adapter)
         self.session.headers["Accept"] = "application/json"
         self.session.headers["User-Agent"] = f"spotctl/{__version__}"
         self.session.verify = conn.ca_file if (conn.verify and conn.ca_file) else conn.verify
@@ -939,6 +949,28 @@ class KubernetesScheduler:
 
         self._patch_node(node, change)
         log.info("kubernetes: cordoned node %s (%s)", node, reason)
+
+    def protect(self, node: str, until: float | None, closed: bool = False) -> None:
+        """The calendar at run time: the ``spotctl.io/safe-until`` annotation says by when work on the node
+        must end; with ``closed`` (the planner found the window shorter than the work that could land), a
+        ``spotctl.io/window-closing`` NoSchedule taint keeps new pods off — a pod known to be short may
+        tolerate it. ``until=None`` removes both. Kubernetes itself knows no durations, hence the taint."""
+        stamp = None if until is None else _rfc3339(until)
+
+        def change(obj: dict) -> dict | None:
+            spec = obj.get("spec") or {}
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            taints = spec.get("taints") or []
+            kept = [t for t in taints if t.get("key") != TAINT_WINDOW]
+            want = kept + ([{"key": TAINT_WINDOW, "value": str(int(until)), "effect": "NoSchedule"}]
+                           if closed and until is not None else [])
+            if annotations.get(ANNOTATION_SAFE_UNTIL) == stamp and want == taints:
+                return None  # already so
+            return {"metadata": {"annotations": {ANNOTATION_SAFE_UNTIL: stamp}}, "spec": {"taints": want or None}}
+
+        self._patch_node(node, change)
+        log.info("kubernetes: node %s safe until %s%s", node, stamp or "-", " (tainted: window closing)"
+                 if closed and until is not None else "")
 
     def resume(self, node: str) -> None:
         key = self.settings.cordon_taint

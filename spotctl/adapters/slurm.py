@@ -325,6 +325,9 @@ class SlurmScheduler:
             import requests
 
             s = requests.Session()
+            adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)  # the drain fan-out
+            s.mount("https://", adapter)
+            s.mount("http://", adapter)
             s.headers["Accept"] = "application/json"
             s.verify = self.verify
             self._session = s
@@ -738,6 +741,33 @@ class SlurmScheduler:
         # requeued jobs leave the node as their steps end: they count until a later round sees them gone
         return DrainProgress(scheduler=self.name, remaining=leaving + len(ids), moved=len(ids))
 
+    def protect(self, node: str, until: float | None, closed: bool = False) -> None:
+        """A maintenance reservation ``spotctl-<node>`` on the node from ``until`` on (Flags=MAINT,IGNORE_JOBS):
+        Slurm then starts no job there whose time limit crosses ``until`` — the way sites protect a
+        maintenance window. ``closed`` changes nothing (the reservation already judges each job by its
+        time limit). ``until=None`` deletes the reservation. Through scontrol (no REST version creates
+        reservations)."""
+        name = self.slurm_name(node)
+        self.node(node)  # NotFoundError when Slurm does not know the node
+        if not self.scontrol:
+            raise UnavailableError(f"slurm: cannot reserve {name} from its safe-until time: no scontrol on this host",
+                                   hint="install slurm-client on this host (scontrol)")
+        res = f"spotctl-{name}"
+        if until is None:
+            rc, out = self._run_scontrol(["delete", f"ReservationName={res}"])
+            if rc != 0 and "invalid" not in out.lower():
+                self._scontrol_error(out, f"delete reservation {res}")
+            return
+        start = "now" if until <= time.time() + 1 else time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until))
+        rc, out = self._run_scontrol(["update", f"ReservationName={res}", f"StartTime={start}"])
+        if rc != 0 and "invalid" in out.lower():  # none yet: create it
+            rc, out = self._run_scontrol(["create", "reservation", f"ReservationName={res}", f"StartTime={start}",
+                                          "Duration=UNLIMITED", f"Nodes={name}", "Users=root",
+                                          "Flags=MAINT,IGNORE_JOBS"])
+        if rc != 0:
+            self._scontrol_error(out, f"reserve {name} from {start} UTC")
+        log.info("slurm: %s reserved from %s UTC (%s): no job crossing it starts there", name, start, res)
+
     def resume(self, node: str) -> None:
         """Clear DRAIN (and DOWN): the node takes work again."""
         try:
@@ -759,6 +789,8 @@ class SlurmScheduler:
             return
         flags = _flags(rec.get("state")) | _flags(rec.get("state_flags"))
         self._update(node, "DOWN", reason or "spot instance gone")
+        if self.scontrol:  # our reservation goes with the node (a reserved node cannot be deleted)
+            self._run_scontrol(["delete", f"ReservationName=spotctl-{name}"])
         if flags & {"DYNAMIC_NORM", "DYNAMIC_FUTURE", "DYNAMIC"}:
             self._delete(node)
             log.info("slurm: deleted dynamic node %s", name)
@@ -791,6 +823,7 @@ class SlurmScheduler:
 
     def _scontrol_env(self, with_token: bool = True) -> dict:
         env = {k: v for k, v in os.environ.items() if k != "SLURM_JWT"}
+        env["TZ"] = "UTC"  # times given to scontrol are UTC
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         if with_token:

@@ -148,6 +148,9 @@ class Node:
     notice_deadline: float | None = None
     notice_id: str | None = None
     price: float = 0.0
+    #: What the schedulers were last told (SchedulerPort.protect): work must end by then; closed: no new work.
+    protected_until: float | None = None
+    protect_closed: bool = False
 
     @property
     def live(self) -> bool:
@@ -168,6 +171,8 @@ class Node:
             "idle_since": self.idle_since,
             "notice_deadline": self.notice_deadline,
             "price": self.price,
+            "protected_until": self.protected_until,
+            "protect_closed": self.protect_closed,
         }
 
 

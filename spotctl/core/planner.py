@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from .budget import Bucket, Priority
-from .capacity import Calendar, PoolHeadroom, calendar_id
+from .capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, calendar_id
 from .config import Policy
 from .lifecycle import forced_round
 from .models import (
@@ -39,6 +39,7 @@ from .models import (
     PoolSpec,
     Quota,
     RateCard,
+    Scheduler,
     Shape,
     SlurmBinding,
     WorkUnit,
@@ -87,12 +88,15 @@ class NodeView:
     price: float
     drain_started: float | None = None
     host: str | None = None
+    protected_until: float | None = None  # what the schedulers were last told (SchedulerPort.protect)
+    protect_closed: bool = False
 
     def to_dict(self) -> dict:
         return {
             "id": self.id, "pool": self.pool, "state": str(self.state), "used": self.used.to_dict(), "host": self.host,
             "running": self.running, "cordoned": self.cordoned, "idle_since": self.idle_since,
             "notice": _notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
+            "protected_until": self.protected_until, "protect_closed": self.protect_closed,
         }
 
 
@@ -179,7 +183,9 @@ class PlanInput:
                     id=n["notice"]["id"], instance_id=n["notice"]["instance_id"],
                     kind=NoticeKind(n["notice"]["kind"]), issued_at=n["notice"]["issued_at"],
                     deadline=n["notice"]["deadline"], reason=n["notice"]["reason"], pool=n["notice"]["pool"]),
-                price=n["price"], drain_started=n["drain_started"], host=n.get("host")) for n in d["nodes"]),
+                price=n["price"], drain_started=n["drain_started"], host=n.get("host"),
+                protected_until=n.get("protected_until"), protect_closed=n.get("protect_closed", False))
+                for n in d["nodes"]),
             demand=tuple(DemandClass(
                 key=c["key"], scheduler=c["scheduler"], shape=Shape(**c["shape"]), priority=c["priority"],
                 expected_seconds=c["expected_seconds"], count=c["count"], pools=tuple(c["pools"]),
@@ -280,6 +286,7 @@ def build_input(
             cordoned=node.cordoned or any(u.cordoned for u in us), idle_since=idle_since,
             notice=notice, price=node.price,
             drain_started=node.updated_at if node.state is NodeState.DRAINING else None, host=node.host,
+            protected_until=node.protected_until, protect_closed=node.protect_closed,
         ))
     classes: dict[tuple, list] = {}
     for u in units:
@@ -313,7 +320,7 @@ def build_input(
         pool_failures={p: t for p, t in pool_failures.items() if t > now}, budget=budget,
         no_notice_pools=no_notice_pools, excluded=dict(excluded),
         exclusions=tuple(sorted((e.unit_id, str(e.scheduler), e.reason) for e in (exclusions or ()))[:MAX_EXCLUSIONS]),
-        host_reclaims={h: t for h, t in (host_reclaims or {}).items() if now <= t <= now + policy.calendar_advisory_seconds * 2},
+        host_reclaims={h: t for h, t in (host_reclaims or {}).items() if now <= t <= now + HORIZON_SECONDS},
     )
 
 
@@ -507,6 +514,27 @@ def plan(inp: PlanInput) -> Plan:
         if notice is None and n.state is NodeState.ADVISED:
             add("uncordon", Priority.OPERATOR, "advisory cleared: accept work again", node=n.id, pool=n.pool)
 
+    # 3b. The calendar at run time: each node's schedulers are told by when its work must end (a
+    # reservation takes its host), so that no scheduler starts work there that would be cut off.
+    for n in live:
+        if n.id in gone_soon or n.cordoned or n.state not in (NodeState.BUILDING, NodeState.ACTIVE):
+            continue
+        longest = max([d.expected_seconds for d in inp.demand if d.scheduler == str(Scheduler.KUBERNETES)
+                       and n.pool in d.pools] + [policy.default_pod_seconds])
+        until, closed = node_protection(inp.host_reclaims.get(n.host) if n.host else None, now, policy, longest)
+        told = None if n.protected_until is None else round(n.protected_until)
+        if (None if until is None else round(until)) == told and (closed == n.protect_closed or until is None):
+            continue
+        if until is None:
+            why = "no reservation takes its host any more: lift the run-time window"
+        else:
+            why = (f"a reservation takes host {n.host} at {int(inp.host_reclaims[n.host])}: work must end by "
+                   f"{int(until)} ({int(until - now)}s from now)")
+            if closed:
+                why += f"; shorter than the work that could land ({longest}s): no new work"
+        add("protect", Priority.RECLAIM, why, node=n.id, pool=n.pool,
+            inputs={"until": until, "closed": closed, "host": n.host, "longest_seconds": longest})
+
     # Replacement capacity, planned before ordinary demand (priority class "replacement"): one unit
     # the size of what runs on each node about to go, in any other pool of the same kind that fits it.
     demand = list(inp.demand)
@@ -527,22 +555,29 @@ def plan(inp: PlanInput) -> Plan:
     takers = [n for n in live if n.id not in gone_soon and not n.cordoned
               and n.state in (NodeState.BUILDING, NodeState.ACTIVE, NodeState.INTENDED)]
     covered = 0
-    groups: dict[tuple[str, Shape], list[str]] = {}
+    groups: dict[tuple[str, Shape, float | None], list[str]] = {}
     for n in takers:
         room = (inp.pools[n.pool].shape - n.used).clamp() if n.pool in inp.pools else Shape()
-        groups.setdefault((n.pool, room), []).append(n.id)
+        # a node whose host a reservation takes serves only work that ends in time (the same window
+        # its schedulers are told: node_protection)
+        until, _ = node_protection(inp.host_reclaims.get(n.host) if n.host else None, now, policy, 0)
+        window = None if until is None else until - now
+        if window is not None and window <= 0:
+            continue
+        groups.setdefault((n.pool, room, window), []).append(n.id)
     serving: dict[str, list[DemandClass]] = {}
     for d in demand:
         for pname in d.pools:
             serving.setdefault(pname, []).append(d)
-    for (pool_name, room), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (pool_name, room, window), ids in sorted(groups.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], float("inf") if kv[0][2] is None else kv[0][2])):
         left = len(ids)
         idx = 0
         while left > 0:
             cands = [d for d in serving.get(pool_name, ()) if remaining[d.key] > 0 and d.shape.fits_in(room)]
             if not cands:
                 break
-            pattern = _fill(room, cands, remaining, window=None)
+            pattern = _fill(room, cands, remaining, window=window)
             if not pattern:
                 break
             reps = min([left] + [remaining[k] // c for k, c in pattern.items()])
@@ -778,6 +813,21 @@ def calendar_advisory_due(reclaim_at: float, at: float, policy: Policy) -> bool:
     One rule for both uses: housekeeping cordons nodes by it, and launching skips capacity that it
     would cordon before a new node could take work."""
     return reclaim_at - at <= policy.calendar_advisory_seconds
+
+
+def node_protection(reclaim_at: float | None, now: float, policy: Policy,
+                    longest_seconds: int) -> tuple[float | None, bool]:
+    """By when work on a node must end, and whether no new work may start at all.
+
+    ``reclaim_at``: when a reservation takes the node's host (None: nothing does). Work must end before
+    the calendar advisory's drain stage begins (``drain_seconds + advisory_drain_margin_seconds`` ahead),
+    or it would be requeued. ``closed`` when what is left of that window is shorter than the longest work
+    that could land (``longest_seconds``): a scheduler that knows no durations (Kubernetes) must then take
+    no new work there; one that does (Slurm) judges each job by its time limit against ``until``."""
+    if reclaim_at is None:
+        return None, False
+    until = reclaim_at - policy.drain_seconds - policy.advisory_drain_margin_seconds
+    return until, until - now < longest_seconds
 
 
 def advisory_stage(notice: Notice, now: float, policy: Policy) -> str:

@@ -158,6 +158,13 @@ class SchedulerPort(Protocol):
         Returns what is left; later rounds (later passes, the watcher) continue until the node is
         empty. NotFoundError when this scheduler does not know the node."""
 
+    def protect(self, node: str, until: float | None, closed: bool = False) -> None:
+        """Hold the calendar at run time: no work that would still run at ``until`` may start on the
+        node (Slurm: a maintenance reservation from ``until``, so that jobs whose time limit crosses it
+        stay off; Kubernetes: the safe-until annotation, and with ``closed`` — the window left is shorter
+        than the work that could land — a NoSchedule taint). ``until=None`` lifts it. Idempotent.
+        NotFoundError when this scheduler does not know the node."""
+
     def resume(self, node: str) -> None: ...
 
     def forget(self, node: str, reason: str) -> None:

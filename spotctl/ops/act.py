@@ -73,6 +73,8 @@ def execute(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
             return _uncordon(rt, action, plan_id)
         if action.kind == "delete":
             return _delete(rt, action, plan_id)
+        if action.kind == "protect":
+            return _protect(rt, action, plan_id)
     except SpotctlError as e:
         log.warning("action %s (%s) failed: %s", action.id, action.kind, e.message)
         rt.store.finish_action(action.id, "failed", e.message, rt.now())
@@ -217,7 +219,7 @@ def resume(rt: Runtime) -> list[Outcome]:
         if node is None:
             rt.store.finish_action(a["id"], "failed", f"resumed: node {a['node']!r} is not in the store", rt.now())
             continue
-        if kind in ("drain", "cordon", "uncordon"):
+        if kind in ("drain", "cordon", "uncordon", "protect"):
             if not node.live:
                 rt.store.finish_action(a["id"], "skipped", f"resumed: node {node.id} is {node.state}", rt.now())
                 continue
@@ -422,6 +424,23 @@ def _uncordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
         _audit(rt, action, node.id, result, **fan.evidence())
     rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
     return Outcome(action.id, "uncordon", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())
+
+
+def _protect(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
+    """Tell every scheduler of the node by when its work must end (SchedulerPort.protect). The node
+    records what was told only once every bound scheduler took it; else the next pass tells it again."""
+    node = _node_for(rt, action)
+    until, closed = action.inputs.get("until"), bool(action.inputs.get("closed"))
+    _intent(rt, action, plan_id)
+    fan = _each_scheduler(rt, node, lambda s: s.protect(node.id, until, closed))
+    now = rt.now()
+    result = fan.status
+    with rt.store.tx():
+        if fan.ok:
+            rt.store.update_node(node, protected_until=until, protect_closed=closed and until is not None)
+        _audit(rt, action, node.id, result, until=until, closed=closed, **fan.evidence())
+    rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
+    return Outcome(action.id, "protect", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())
 
 
 # -- delete ------------------------------------------------------------------

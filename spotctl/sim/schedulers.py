@@ -56,7 +56,7 @@ class Node:
     may be tens of thousands of nodes)."""
 
     __slots__ = ("name", "pool", "instance_id", "cap", "used_v", "used_m", "used_g", "up", "registered_at",
-                 "reg", "cordoned", "times", "runs")
+                 "reg", "cordoned", "times", "runs", "until", "closed")
 
     def __init__(self, name: str, pool: str, instance_id: str, cap: Shape, registered_at: float):
         self.name = name
@@ -70,6 +70,8 @@ class Node:
         self.cordoned = 0
         self.times: list = [None, None, registered_at, registered_at]
         self.runs: list[Run] = []
+        self.until: list = [None, None]  # per scheduler: work must end by then (SchedulerPort.protect)
+        self.closed = 0  # per scheduler bit: no new work at all (the window is too short for any)
 
     def registered(self, s: int) -> bool:
         return bool(self.reg >> s & 1)
@@ -269,11 +271,16 @@ class Cluster:
             return
         bit = 1 << s
         cands: dict[str, list[Node]] = {}
+        windowed: dict[str, list[Node]] = {}  # protected nodes (few): a unit goes there only if it ends in time
         for node in self.node_list():
-            if node.up and node.reg & bit and not node.cordoned & bit and node.used_v < node.cap.vcpu:
-                cands.setdefault(node.pool, []).append(node)
-        if not cands:
+            if node.up and node.reg & bit and not node.cordoned & bit and not node.closed & bit \
+                    and node.used_v < node.cap.vcpu:
+                # Kubernetes knows no durations: only the taint (closed) keeps work off; Slurm checks time limits
+                timed = node.until[s] is not None and s == _IDX[Scheduler.SLURM]
+                (windowed if timed else cands).setdefault(node.pool, []).append(node)
+        if not cands and not windowed:
             return
+        now = self.w.now
         gone = self._gone[s]
         if len(gone) * 4 > len(pend):
             pend = self._compact(s)
@@ -314,6 +321,10 @@ class Cluster:
                 cursor[ck] = i
                 if target is not None:
                     break
+            if target is None and windowed:
+                # as Slurm does with a maintenance reservation: no job whose time limit crosses its start
+                target = next((node for pool in self.serving(unit) for node in windowed.get(pool, ())
+                               if now + unit.expected_seconds <= node.until[s] and node.fits(sh)), None)
             if target is None:
                 failed.add(key)
                 if len(failed) >= classes:
@@ -428,6 +439,12 @@ class Cluster:
         left = sum(1 for r in node.runs if r.s == s)
         return DrainProgress(scheduler=SCHEDULERS[s].value, remaining=left, moved=len(runs))
 
+    def protect(self, s: int, name: str, until: float | None, closed: bool) -> None:
+        node = self._get(s, name)
+        node.until[s] = until
+        node.closed = node.closed | (1 << s) if closed and until is not None else node.closed & ~(1 << s)
+        self.version += 1
+
     def resume(self, s: int, name: str) -> None:
         node = self._get(s, name)
         node.cordoned &= ~(1 << s)
@@ -508,7 +525,7 @@ class Cluster:
             nodes.append([node.name, node.pool, node.instance_id, node.cap.vcpu, node.cap.ram_mb, node.cap.gpus,
                           node.up, node.registered_at, node.reg, node.cordoned, node.times,
                           [[unit_dump(r.unit), r.s, r.started_at, r.end_at, r.token]
-                           for r in sorted(node.runs, key=lambda r: r.unit.id)]])
+                           for r in sorted(node.runs, key=lambda r: r.unit.id)], node.until, node.closed])
         return {
             "nodes": nodes,
             "pending": [[unit_dump(u) for u in self._compact(s)] for s in (0, 1)],
@@ -523,9 +540,11 @@ class Cluster:
     def load(self, d: dict) -> None:
         it = self.intern
         for row in d["nodes"]:
-            (name, pool, iid, v, m, g, up, reg_at, reg, cordoned, times, runs) = row
+            (name, pool, iid, v, m, g, up, reg_at, reg, cordoned, times, runs) = row[:12]
             node = Node(name, pool, iid, it(Shape(v, m, g)), reg_at)
             node.up, node.reg, node.cordoned, node.times = up, reg, cordoned, list(times)
+            if len(row) > 12:  # saved before protect() existed: unprotected
+                node.until, node.closed = list(row[12]), row[13]
             self.nodes[name] = node
             for ud, s, started, end, token in runs:
                 self._attach_run(Run(unit_load(ud, it), name, s, started, end, token), node)
@@ -579,6 +598,10 @@ class SimScheduler:
         out = self._w.cluster.drain(self._s, node, reason, deadline)
         self._w.changed()
         return out
+
+    def protect(self, node: str, until: float | None, closed: bool = False) -> None:
+        self._w.cluster.protect(self._s, node, until, closed)
+        self._w.changed()
 
     def resume(self, node: str) -> None:
         self._w.cluster.resume(self._s, node)

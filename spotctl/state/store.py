@@ -28,7 +28,7 @@ from spotctl.core.errors import NotFoundError, StateError
 from spotctl.core.lifecycle import check_transition, event_type
 from spotctl.core.models import Node, NodeState
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -88,10 +88,14 @@ MIGRATIONS: dict[int, str] = {
     ALTER TABLE notices ADD COLUMN pool TEXT;
     CREATE INDEX notices_seen ON notices(first_seen_at);
     """,
+    4: """
+    ALTER TABLE nodes ADD COLUMN protected_until REAL;
+    ALTER TABLE nodes ADD COLUMN protect_closed INTEGER NOT NULL DEFAULT 0;
+    """,
 }
 
 _NODE_COLS = ("id", "pool", "state", "action_id", "instance_id", "host", "created_at", "updated_at", "reason",
-              "cordoned", "idle_since", "notice_deadline", "notice_id", "price")
+              "cordoned", "idle_since", "notice_deadline", "notice_id", "price", "protected_until", "protect_closed")
 
 GENESIS = "0" * 64
 
@@ -599,9 +603,11 @@ def _node(r: sqlite3.Row) -> Node:
         created_at=r["created_at"], updated_at=r["updated_at"], instance_id=r["instance_id"], host=r["host"],
         reason=r["reason"], cordoned=bool(r["cordoned"]), idle_since=r["idle_since"],
         notice_deadline=r["notice_deadline"], notice_id=r["notice_id"], price=r["price"],
+        protected_until=r["protected_until"], protect_closed=bool(r["protect_closed"]),
     )
 
 
 def _node_row(n: Node) -> tuple:
     return (n.id, n.pool, n.state.value, n.action_id, n.instance_id, n.host, n.created_at, n.updated_at, n.reason,
-            int(n.cordoned), n.idle_since, n.notice_deadline, n.notice_id, n.price)
+            int(n.cordoned), n.idle_since, n.notice_deadline, n.notice_id, n.price, n.protected_until,
+            int(n.protect_closed))

@@ -91,7 +91,8 @@ def test_it_is_a_scheduler_port(side):
 def test_an_unknown_node_is_not_found_and_forgetting_it_is_no_error(side):
     ghost = "spot-no-such-node-" + uuid.uuid4().hex[:6]
     for call in (lambda: side.port.cordon(ghost, "conformance"), lambda: side.port.resume(ghost),
-                 lambda: side.port.drain(ghost, "conformance", None)):
+                 lambda: side.port.drain(ghost, "conformance", None),
+                 lambda: side.port.protect(ghost, time.time() + 3600)):
         with pytest.raises(NotFoundError):
             call()
     side.port.forget(ghost, "conformance")
@@ -107,3 +108,13 @@ def test_a_drain_round_returns_its_progress_at_once_and_resume_takes_it_back(sid
     assert use[side.node].cordoned is True
     side.port.resume(side.node)
     assert {u.node: u for u in side.port.usage()}[side.node].cordoned is False
+
+
+def test_protect_is_idempotent_moves_and_lifts_without_cordoning(side):
+    """The run-time window (SchedulerPort.protect) can be set, set again, moved, closed and lifted, each
+    idempotent, and it is not a cordon: the node still takes work that fits its window."""
+    until = time.time() + 7200
+    for u, closed in ((until, False), (until, False), (until - 600, True), (until - 600, True), (None, False),
+                      (None, False)):
+        side.port.protect(side.node, u, closed)
+        assert {x.node: x for x in side.port.usage()}[side.node].cordoned is False

@@ -427,6 +427,35 @@ def test_resume_leaves_a_node_cordoned_by_someone_else_cordoned(k8s):
     assert n["spec"]["unschedulable"] is True and not n["spec"].get("taints")
 
 
+def test_protect_annotates_the_safe_until_time_taints_when_closed_and_lifts(k8s):
+    """Issue 10, item 4: the calendar at run time on Kubernetes. The node carries by when its work must end;
+    once the window is too short for the work that could land (closed), a NoSchedule taint keeps new pods off;
+    lifting removes both and leaves other taints alone. Each call is idempotent (no write when already so)."""
+    from spotctl.adapters.kubernetes import ANNOTATION_SAFE_UNTIL, TAINT_WINDOW
+
+    node = "spot-" + uuid.uuid4().hex[:6]
+    k8s.node(node)
+    sched = k8s.adapter()
+    sched.cordon(node, "someone's")  # a taint of ours for another reason: protect leaves it
+    until = 1_800_000_000.0
+    sched.protect(node, until)
+    n = _node(k8s, node)
+    assert n["metadata"]["annotations"][ANNOTATION_SAFE_UNTIL] == "2027-01-15T08:00:00Z"
+    assert not [t for t in n["spec"]["taints"] if t["key"] == TAINT_WINDOW]
+    sched.protect(node, until, closed=True)
+    n = _node(k8s, node)
+    assert {"key": TAINT_WINDOW, "value": str(int(until)), "effect": "NoSchedule"} in n["spec"]["taints"]
+    version = n["metadata"]["resourceVersion"]
+    sched.protect(node, until, closed=True)
+    assert _node(k8s, node)["metadata"]["resourceVersion"] == version  # already so: nothing written
+    sched.protect(node, None)
+    n = _node(k8s, node)
+    assert ANNOTATION_SAFE_UNTIL not in (n["metadata"].get("annotations") or {})
+    assert [t["key"] for t in n["spec"]["taints"]] == ["spotctl.io/reclaim"]
+    with pytest.raises(NotFoundError):
+        sched.protect("spot-no-such-node", until)
+
+
 def test_forget_deletes_the_node_object_and_unknown_nodes_are_not_found(k8s):
     node = "spot-" + uuid.uuid4().hex[:6]
     k8s.node(node)

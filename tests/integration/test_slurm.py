@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from spotctl.core.config import load_config
-from spotctl.core.errors import ConfigError
+from spotctl.core.errors import ConfigError, NotFoundError
 
 from . import conftest as harness
 
@@ -95,7 +95,16 @@ def wait(pred, timeout=20.0, what="condition"):
     return harness.wait_until(pred, what, timeout)
 
 
+def reservations(env) -> dict[str, dict]:
+    out = slurm_cli(env, "scontrol", "show", "reservation", "-o", check=False)
+    found = (dict(re.findall(r"(\w+)=((?:(?! \w+=).)*)", line)) for line in out.splitlines() if "=" in line)
+    return {r["ReservationName"]: r for r in found if "ReservationName" in r}
+
+
 def reset(env):
+    for name in reservations(env):
+        if name.startswith("spotctl-"):
+            slurm_cli(env, "scontrol", "delete", f"ReservationName={name}", check=False)
     ids = list(jobs(env))
     if ids:
         slurm_cli(env, "scancel", *map(str, ids), check=False)
@@ -242,6 +251,37 @@ def test_cordon_keeps_running_jobs(cluster):
     sched.cordon(n2, "spotctl: advisory a-1")
     assert "DRAIN" in node_info(env, n2)["State"]
     assert jobs(env)[job]["state"] == "RUNNING"
+
+
+def test_protect_keeps_jobs_that_would_cross_the_safe_until_time_off_the_node(cluster):
+    """Issue 10, item 4: the calendar holds at run time. protect() puts a maintenance reservation on the node from
+    its safe-until time: Slurm starts a 10-minute job there, not a 60-minute one (its time limit crosses it)."""
+    env = cluster
+    n2 = env["nodes"][1]
+    sched, _ = adapter(env)
+    until = time.time() + 1800
+    sched.protect(n2, until)
+    sched.protect(n2, until)  # idempotent
+    res = reservations(env)[f"spotctl-{n2}"]
+    assert res["Nodes"] == n2 and "MAINT" in res["Flags"]
+    short_job = sbatch(env, "-p", "spot", "-c1", "-t", "10", "-w", n2)
+    wait(lambda: jobs(env).get(short_job, {}).get("state") == "RUNNING", what="short job running")
+    long_job = sbatch(env, "-p", "spot", "-c1", "-t", "60", "-w", n2)  # room for it on n2, not time
+    wait(lambda: jobs(env).get(long_job, {}).get("reason") not in (None, "None"), what="long job evaluated")
+    assert jobs(env)[long_job]["state"] == "PENDING", jobs(env)
+    # without the reservation the same job starts there (the node has room): it was the window that kept it off
+    sched.protect(n2, None)
+    slurm_cli(env, "scontrol", "update", f"jobid={long_job}", "timelimit=59")  # a change makes Slurm look again
+    wait(lambda: jobs(env).get(long_job, {}).get("state") == "RUNNING", what="long job running once lifted", timeout=40)
+    sched.protect(n2, until)
+    # moved earlier: the same reservation, updated; lifted: gone
+    sched.protect(n2, until - 600, closed=True)
+    assert list(r for r in reservations(env) if r.startswith("spotctl-")) == [f"spotctl-{n2}"]
+    sched.protect(n2, None)
+    sched.protect(n2, None)  # idempotent
+    assert f"spotctl-{n2}" not in reservations(env)
+    with pytest.raises(NotFoundError):
+        sched.protect("spot-no-such-node", until)
 
 
 def test_forget_sets_a_lost_static_node_down_with_a_reason(cluster):

@@ -57,8 +57,12 @@ def test_advisory_cleared_reverts():
 
 def test_calendar_reclaim_from_blazar_is_an_early_advisory_and_drains_before_the_hard_notice():
     n = replace(node(1, pool_name="risky"), host="risky-h0")
-    # reservation on the node's host in 2 h: nothing yet
-    assert kinds(world(n, host_reclaims={"risky-h0": NOW + 7200})) == []
+    # reservation on the node's host in 2 h: no advisory yet; the schedulers are told by when work must end
+    p = world(n, host_reclaims={"risky-h0": NOW + 7200})
+    assert kinds(p) == [("protect", "risky", "reclaim")]
+    assert p.actions[0].inputs["until"] == NOW + 7200 - 120 - 600 and p.actions[0].inputs["closed"] is False
+    told = replace(n, protected_until=NOW + 7200 - 720)
+    assert kinds(world(told, host_reclaims={"risky-h0": NOW + 7200})) == []  # told already: nothing
     # in 50 min: cordon, announced as a calendar advisory
     p = world(n, host_reclaims={"risky-h0": NOW + 3000})
     assert kinds(p) == [("cordon", "risky", "reclaim")] and "reservation takes host risky-h0" in p.actions[0].reason
@@ -80,3 +84,46 @@ def test_replacement_is_not_launched_twice_once_it_is_building():
                      usage=[busy(advised)], notices=[adv], policy=POL, prices={"risky": 1.0, "safe": 2.0},
                      now=NOW + 400)
     assert [a for a in plan(inp).actions if a.kind == "launch"] == []
+
+
+def test_the_calendar_holds_at_run_time_protect_close_and_lift():
+    """Issue 10, item 4: a node whose host a reservation takes gets a run-time window in its schedulers (Slurm:
+    a maintenance reservation; Kubernetes: the safe-until annotation), closed (no new work: a taint) once what
+    is left is shorter than the work that could land, and lifted when the reservation goes."""
+    n = replace(node(1, pool_name="risky"), host="risky-h0")
+    # 90 min out: until = start - drain - margin = 78 min away, more than default_pod_seconds (60 min): open
+    p = world(n, host_reclaims={"risky-h0": NOW + 5400})
+    (a,) = p.actions
+    assert (a.kind, a.inputs["until"], a.inputs["closed"]) == ("protect", NOW + 5400 - 720, False)
+    opened = replace(n, protected_until=NOW + 5400 - 720)
+    # 20 minutes later the window left (58 min) is shorter than an hour of work: closed
+    p = world(opened, now=NOW + 1200, host_reclaims={"risky-h0": NOW + 5400})
+    (a,) = p.actions
+    assert (a.kind, a.inputs["closed"]) == ("protect", True) and "no new work" in a.reason
+    closed = replace(opened, protect_closed=True)
+    assert world(closed, now=NOW + 1300, host_reclaims={"risky-h0": NOW + 5400}).actions == ()
+    # the lease is deleted: the window is lifted
+    p = world(closed, now=NOW + 1300)
+    (a,) = p.actions
+    assert (a.kind, a.inputs["until"], a.inputs["closed"]) == ("protect", None, False)
+    assert "lift" in a.reason
+    # an unprotected node on a host nobody reserves: nothing
+    assert world(n).actions == ()
+
+
+def test_room_on_a_node_whose_host_is_reserved_serves_only_work_that_ends_in_time():
+    """The plan counts free room on our own nodes only for work that fits the node's run-time window: a one-hour
+    job is not "served" by an idle node whose host a reservation takes in 66 minutes (Slurm would keep it off
+    that node), so the plan launches for it; a ten-minute job fits there and needs no launch."""
+    from ..factories import job
+
+    idle = replace(node(1, pool_name="risky"), host="risky-h0")
+
+    def launches(seconds):
+        inp = plan_input([pool("risky"), pool("safe")], hosts("risky", 2, spot=1) + hosts("safe", 2),
+                         [job(0, seconds=seconds)], nodes=[idle], policy=POL, prices={"risky": 1.0, "safe": 2.0})
+        p = plan(replace(inp, host_reclaims={"risky-h0": NOW + 4000}))
+        return sum(a.count or 0 for a in p.actions if a.kind == "launch")
+
+    assert launches(600) == 0
+    assert launches(3600) == 1
