@@ -36,7 +36,7 @@ class AuditClient:
     """Talks to one audit log service; implements ``spotctl.ops.relay.Outlet``."""
 
     def __init__(self, url: str, token: str, *, timeout_seconds: float = 5.0, max_wait_seconds: float = 15.0,
-                 ca_file: str | None = None, batch_size: int = 200, sleep=time.sleep):
+                 ca_file: str | None = None, batch_size: int = 200, sleep=time.sleep, clock=time.monotonic):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"audit: url must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
@@ -48,6 +48,7 @@ class AuditClient:
         self.last_error: str | None = None
         self.attempts = 0  # HTTP attempts made (for reports and tests)
         self._sleep = sleep
+        self._clock = clock
         self._session = None
 
     def __repr__(self) -> str:  # never shows the token
@@ -120,13 +121,13 @@ class AuditClient:
 
         if self._session is None:
             self._session = requests.Session()
-        deadline = time.monotonic() + self.max_wait_seconds
+        deadline = self._clock() + self.max_wait_seconds
         attempt = 0
         last = "no attempt"
         while True:
             attempt += 1
             self.attempts += 1
-            timeout = max(0.1, min(self.timeout_seconds, deadline - time.monotonic()))
+            timeout = max(0.1, min(self.timeout_seconds, deadline - self._clock()))
             try:
                 resp = self._session.request(method, self.url + path, json=json_body, params=params, timeout=timeout,
                                              verify=self.verify, headers={"Authorization": f"Bearer {self._token}"})
@@ -151,7 +152,7 @@ class AuditClient:
                     raise UnavailableError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})")
                 else:
                     last = f"HTTP {resp.status_code} ({_message(resp)})"
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock()
             if remaining <= 0:
                 self.last_error = last
                 raise TemporaryError(f"audit service {self.url}: {last}; gave up after {attempt} attempts in "

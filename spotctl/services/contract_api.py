@@ -751,11 +751,15 @@ def serve_region(region, world_factory, *, host: str | None = None, port: int | 
     old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
     announce(f"serving region {region.name!r} (seed {world.seed}, {len(made)} instances) at {server.url}"
              + (" (bearer token required)" if token else "") + "; Ctrl-C to stop")
-    stopped = "terminated"
+    # how it stopped, as it happened: SIGTERM (a service manager), Ctrl-C / SIGINT (an operator), or the
+    # server shutting itself down
+    stopped = "shut down"
     try:
         server.serve()
     except _Terminated:
-        pass
+        stopped = "terminated"
+    except KeyboardInterrupt:
+        stopped = "interrupted"
     finally:
         server.server_close()
         if old is not None:

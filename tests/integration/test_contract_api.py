@@ -59,8 +59,8 @@ class Server:
             raise AssertionError(f"spotctl sim serve did not announce its URL: {''.join(self.lines)}"
                                  f"{self.proc.stderr.read()}")
 
-    def stop(self) -> tuple[int, str, str]:
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str, str]:
+        self.proc.send_signal(sig)
         out, err = self.proc.communicate(timeout=15)
         return self.proc.returncode, out, "".join(self.lines) + err
 
@@ -73,6 +73,14 @@ def server(tmp_path_factory):
     code, out, err = srv.stop()
     assert code == 0, err  # SIGTERM is a clean stop
     assert json.loads(out)["data"]["stopped"] == "terminated"
+
+
+def test_the_stop_is_reported_as_it_happened(tmp_path):
+    """SIGTERM says terminated (the module fixture), Ctrl-C says interrupted: both clean stops (exit 0)."""
+    srv = Server(tmp_path, "--seed", str(SEED), "--instances", "2")
+    code, out, err = srv.stop(signal.SIGINT)
+    assert code == 0, err
+    assert json.loads(out)["data"]["stopped"] == "interrupted"
 
 
 @pytest.fixture

@@ -163,14 +163,22 @@ def test_service_errors_and_timeouts_are_retried_and_nothing_is_lost_or_doubled(
 def test_a_service_that_stays_down_costs_a_bounded_wait_and_rows_stay_queued(store, receiver):
     fill(store, 4)
     proxy = FaultProxy(receiver.url, ["500"] * 1000)
+    clock = [0.0]  # an injected clock that only the backoff moves: the bound is counted, not timed
+    slept: list[float] = []
+
+    def sleep(s):
+        slept.append(s)
+        clock[0] += s
+
     try:
-        client = AuditClient(proxy.url, TOKEN, timeout_seconds=0.3, max_wait_seconds=1.0)
-        t0 = time.monotonic()
+        client = AuditClient(proxy.url, TOKEN, timeout_seconds=0.3, max_wait_seconds=1.0, sleep=sleep,
+                             clock=lambda: clock[0])
         report = relay(store, {"audit": client}, now=time.time)
-        took = time.monotonic() - t0
     finally:
         proxy.close()
-    assert 0.9 <= took < 3.0
+    # it backed off (growing waits) for exactly its bound, then gave up: one more attempt than waits
+    assert sum(slept) == pytest.approx(1.0)
+    assert client.attempts == len(slept) + 1 and 4 <= client.attempts <= 12, slept
     assert "HTTP 500" in report.failed["audit"]
     assert report.kinds["audit"].pending == 4 and report.kinds["audit"].delivered == 0
     assert stored(receiver) == []
