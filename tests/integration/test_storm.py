@@ -13,6 +13,7 @@ gone, Slurm jobs off the node) before its deadline; the Slurm jobs requeued, non
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from spotctl.core.config import load_config
+from spotctl.core.config import RegionConfig, load_config
 from spotctl.core.models import Node, NodeState, Notice, NoticeKind
 from spotctl.core.ports import SystemClock
 from spotctl.ops import watch as fast
@@ -77,13 +78,21 @@ class LockHolds:
         return self._unlock()
 
 
-@pytest.fixture
-def storm(tmp_path):
-    s_env, k_env = harness.testenv("slurm"), harness.testenv("k8s")
+def storm_region(tmp_path: Path, s_env: dict, k_env: dict, extra: str = "") -> tuple[Path, RegionConfig]:
+    """The storm's `lab` region (the Slurm and Kubernetes test services, pools vm-spot and storm-spot),
+    written to ``tmp_path/lab.toml`` with ``extra`` TOML after it; the file and the parsed region."""
     cfg = tmp_path / "lab.toml"
     cfg.write_text(Path(s_env["SPOTCTL_CONFIG"]).read_text() + "\n" + Path(k_env["SPOTCTL_K8S_FRAGMENT"]).read_text()
-                   + STORM_POOL)
-    region = load_config(env={"SPOTCTL_CONFIG": str(cfg)}).region("lab")
+                   + STORM_POOL + extra)
+    return cfg, load_config(env={"SPOTCTL_CONFIG": str(cfg)}).region("lab")
+
+
+@contextlib.contextmanager
+def storm_scene(region: RegionConfig, s_env: dict, k_env: dict):
+    """The schedulers' side of the storm: N nodes in the Kubernetes test server, two Ready pods each
+    under a PDB that blocks every eviction (until the test deletes it), and a running Slurm job on each
+    of the two Slurm spot nodes. Yields (http, url, ns, names, jobs); afterwards every node takes work
+    again in both schedulers and the pods and jobs are gone."""
     http = requests.Session()
     http.headers["Authorization"] = f"Bearer {k_env['K8S_TOKEN']}"
     url = k_env["K8S_URL"]
@@ -110,31 +119,50 @@ def storm(tmp_path):
                               "--wrap", "sleep 600").strip().split(";")[0]))
     harness.wait_until(lambda: all("RUNNING" in slurm(s_env, "squeue", "-h", "-j", str(j), "-o", "%T")
                                    for j in jobs), "the Slurm jobs to start")
-    world = SimWorld.new(region, time.time(), 7)
-    store = Store.open(tmp_path / "state.db", region.name)
-    rt = Runtime(region=region, store=store, cloud=world.cloud, contract=world.contract,
-                 schedulers=[_adapter(region, "kubernetes"), _adapter(region, "slurm")], clock=SystemClock(),
-                 actor="test", concurrent_observe=True)
-    now = rt.now()
+    try:
+        yield http, url, ns, names, jobs
+    finally:
+        schedulers = [_adapter(region, "kubernetes"), _adapter(region, "slurm")]
+        for name in names:
+            for s in schedulers:
+                try:
+                    s.resume(name)
+                except Exception:  # best effort: a scheduler that does not know a Kubernetes-only node
+                    pass
+            http.delete(f"{url}/api/v1/nodes/{name}", timeout=10)
+            for j in range(2):
+                http.delete(f"{url}/api/v1/namespaces/{ns}/pods/{name}-w{j}?gracePeriodSeconds=0", timeout=10)
+        slurm(s_env, "scancel", *map(str, jobs), check=False)
+
+
+def add_active_nodes(store: Store, names: list[str], now: float, instance_ids: dict[str, str] | None = None) -> None:
+    """Record the storm's nodes as active spot nodes (pool vm-spot for the Slurm nodes, storm-spot for the
+    rest), action ids ``a-<name>``, instance ids from ``instance_ids`` (default ``i-<name>``)."""
     with store.tx():
         for name in names:
             node = Node(id=name, pool="vm-spot" if name in SLURM_NODES else "storm-spot", state=NodeState.INTENDED,
                         action_id=f"a-{name}", created_at=now, updated_at=now)
             store.add_node(node, actor="test", reason="storm scene")
-            store.transition(node, NodeState.BUILDING, reason="scene", at=now, actor="test", instance_id=f"i-{name}")
+            store.transition(node, NodeState.BUILDING, reason="scene", at=now, actor="test",
+                             instance_id=(instance_ids or {}).get(name, f"i-{name}"))
             store.transition(node, NodeState.ACTIVE, reason="scene", at=now, actor="test")
-    yield rt, s_env, http, url, ns, names, jobs
-    for name in names:
-        for s in rt.schedulers:
-            try:
-                s.resume(name)
-            except Exception:  # best effort: a scheduler that does not know a Kubernetes-only node
-                pass
-        http.delete(f"{url}/api/v1/nodes/{name}", timeout=10)
-        for j in range(2):
-            http.delete(f"{url}/api/v1/namespaces/{ns}/pods/{name}-w{j}?gracePeriodSeconds=0", timeout=10)
-    slurm(s_env, "scancel", *map(str, jobs), check=False)
-    store.close()
+
+
+@pytest.fixture
+def storm(tmp_path):
+    s_env, k_env = harness.testenv("slurm"), harness.testenv("k8s")
+    _, region = storm_region(tmp_path, s_env, k_env)
+    with storm_scene(region, s_env, k_env) as (http, url, ns, names, jobs):
+        world = SimWorld.new(region, time.time(), 7)
+        store = Store.open(tmp_path / "state.db", region.name)
+        rt = Runtime(region=region, store=store, cloud=world.cloud, contract=world.contract,
+                     schedulers=[_adapter(region, "kubernetes"), _adapter(region, "slurm")], clock=SystemClock(),
+                     actor="test", concurrent_observe=True)
+        add_active_nodes(store, names, rt.now())
+        try:
+            yield rt, s_env, http, url, ns, names, jobs
+        finally:
+            store.close()
 
 
 def test_a_storm_of_50_notices_is_cordoned_within_2s_and_emptied_before_the_deadlines(storm):
