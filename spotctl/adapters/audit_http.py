@@ -1,25 +1,23 @@
-"""Client of the audit log service (``docs/audit/openapi.yaml``), with retries and backoff.
+"""Client of the audit log service (``docs/audit/openapi.yaml``): one bounded attempt per call.
 
 Region table ``[regions.R.audit]``::
 
     url = "https://audit.example.net"     # required
     token_file = "/etc/spotctl/audit.token"   # or token = "..." (prefer the file)
     timeout_seconds = 5        # one HTTP request
-    max_wait_seconds = 15      # all retries of one batch; then its rows stay queued
     ca_file = "/etc/ssl/certs/internal-ca.pem"
 
 Each record is sent with its id as the idempotency key, so a batch retried
 after a lost answer (or re-sent after a crash) is acknowledged as
-``duplicate`` and stored once. 5xx, 429, timeouts and refused connections are
-retried with exponential backoff and jitter until ``max_wait_seconds``.
+``duplicate`` and stored once. 5xx, 429, timeouts and refused connections end
+the attempt at once (no retry loop, no sleep): the rows stay queued and the
+next pass sends them again. The relay runs after the pass lock is released.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,20 +33,17 @@ RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
 class AuditClient:
     """Talks to one audit log service; implements ``spotctl.ops.relay.Outlet``."""
 
-    def __init__(self, url: str, token: str, *, timeout_seconds: float = 5.0, max_wait_seconds: float = 15.0,
-                 ca_file: str | None = None, batch_size: int = 200, sleep=time.sleep, clock=time.monotonic):
+    def __init__(self, url: str, token: str, *, timeout_seconds: float = 5.0,
+                 ca_file: str | None = None, batch_size: int = 200):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"audit: url must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
         self._token = token
         self.timeout_seconds = float(timeout_seconds)
-        self.max_wait_seconds = float(max_wait_seconds)
         self.verify: bool | str = ca_file or True
         self.batch_size = max(1, min(1000, int(batch_size)))  # records per POST (the service takes <= 1000)
         self.last_error: str | None = None
         self.attempts = 0  # HTTP attempts made (for reports and tests)
-        self._sleep = sleep
-        self._clock = clock
         self._session = None
 
     def __repr__(self) -> str:  # never shows the token
@@ -67,8 +62,7 @@ class AuditClient:
                 raise ConfigError(f"region {region.name!r}: cannot read audit.token_file: {e.strerror}") from None
         if not token:
             raise ConfigError(f"region {region.name!r}: [audit] needs token_file (or token)")
-        return cls(t["url"], token, timeout_seconds=t.get("timeout_seconds", 5.0),
-                   max_wait_seconds=t.get("max_wait_seconds", 15.0), ca_file=t.get("ca_file"),
+        return cls(t["url"], token, timeout_seconds=t.get("timeout_seconds", 5.0), ca_file=t.get("ca_file"),
                    batch_size=t.get("batch_size", 200))
 
     # -- the Outlet interface ----------------------------------------------------
@@ -114,52 +108,45 @@ class AuditClient:
     def record(self, record_id: str) -> dict:
         return self._request("GET", f"/v1/records/{record_id}")
 
-    # -- HTTP with retries -----------------------------------------------------------
+    # -- HTTP, one attempt -----------------------------------------------------------
 
     def _request(self, method: str, path: str, *, json_body=None, params=None) -> dict:
+        """One HTTP attempt, bounded by ``timeout_seconds``. A temporary failure (5xx, 429, timeout, refused)
+        is a TemporaryError at once: no retry loop and no sleep (a pass never waits); the rows stay queued
+        and the next pass sends them again (the service stores each record once, by its id)."""
         import requests
 
         if self._session is None:
             self._session = requests.Session()
-        deadline = self._clock() + self.max_wait_seconds
-        attempt = 0
-        last = "no attempt"
-        while True:
-            attempt += 1
-            self.attempts += 1
-            timeout = max(0.1, min(self.timeout_seconds, deadline - self._clock()))
-            try:
-                resp = self._session.request(method, self.url + path, json=json_body, params=params, timeout=timeout,
-                                             verify=self.verify, headers={"Authorization": f"Bearer {self._token}"})
-            except requests.Timeout:
-                last = f"no answer within {timeout:.1f}s"
-            except requests.ConnectionError as e:
-                last = f"cannot connect ({type(e).__name__})"
-            except requests.RequestException as e:
-                raise UnavailableError(f"audit service {self.url}: {type(e).__name__}: {e}") from None
+        self.attempts += 1
+        try:
+            resp = self._session.request(method, self.url + path, json=json_body, params=params,
+                                         timeout=self.timeout_seconds, verify=self.verify,
+                                         headers={"Authorization": f"Bearer {self._token}"})
+        except requests.Timeout:
+            last = f"no answer within {self.timeout_seconds:g}s"
+        except requests.ConnectionError as e:
+            last = f"cannot connect ({type(e).__name__})"
+        except requests.RequestException as e:
+            raise UnavailableError(f"audit service {self.url}: {type(e).__name__}: {e}") from None
+        else:
+            if resp.status_code < 300:
+                try:
+                    return resp.json()
+                except ValueError:
+                    last = f"HTTP {resp.status_code} with a body that is not JSON"
+            elif resp.status_code in (401, 403):
+                raise AuthError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})",
+                                hint="check [audit] token_file")
+            elif resp.status_code == 404 and method == "GET":
+                raise NotFoundError(f"audit service {self.url}: {_message(resp)}")
+            elif resp.status_code not in RETRY_STATUS:
+                raise UnavailableError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})")
             else:
-                if resp.status_code < 300:
-                    try:
-                        return resp.json()
-                    except ValueError:
-                        last = f"HTTP {resp.status_code} with a body that is not JSON"
-                elif resp.status_code in (401, 403):
-                    raise AuthError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})",
-                                    hint="check [audit] token_file")
-                elif resp.status_code == 404 and method == "GET":
-                    raise NotFoundError(f"audit service {self.url}: {_message(resp)}")
-                elif resp.status_code not in RETRY_STATUS:
-                    raise UnavailableError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})")
-                else:
-                    last = f"HTTP {resp.status_code} ({_message(resp)})"
-            remaining = deadline - self._clock()
-            if remaining <= 0:
-                self.last_error = last
-                raise TemporaryError(f"audit service {self.url}: {last}; gave up after {attempt} attempts in "
-                                     f"{self.max_wait_seconds:g}s", hint="the records stay queued in the outbox")
-            backoff = min(2.0, 0.1 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
-            log.info("audit service %s: %s; retrying in %.2fs", self.url, last, min(backoff, remaining))
-            self._sleep(min(backoff, remaining))
+                last = f"HTTP {resp.status_code} ({_message(resp)})"
+        self.last_error = last
+        raise TemporaryError(f"audit service {self.url}: {last}",
+                             hint="the records stay queued in the outbox; the next pass sends them again")
 
 
 def _message(resp) -> str:

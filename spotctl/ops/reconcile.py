@@ -92,27 +92,33 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
                                           "kinds": [a.kind for a in plan.actions]},
                                  plan_input=inp.to_dict())
             result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools))
-            result.relay = _relay(rt, result)
-        if result.degraded or any(o.status in ("failed", "partial") and not _fell_back(o, result) for o in result.outcomes):
-            if result.status == "ok":
-                result.status = "partial"
-        result.tokens_used = rt.store.tokens_used_total() - used_before
-        result.tokens_left = rt.bucket().tokens
-        result.duration_s = time.perf_counter() - t0
-        if seq is not None:
-            rt.store.finish_pass(seq, result.status, {
-                "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
-                "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
-        return result
     finally:
         rt.store.unlock()
+    if not dry_run:
+        # after the pass lock is released: a slow or unreachable destination holds up no pass or watcher
+        result.relay = _relay(rt, result)
+    if result.degraded or any(o.status in ("failed", "partial") and not _fell_back(o, result) for o in result.outcomes):
+        if result.status == "ok":
+            result.status = "partial"
+    result.tokens_used = rt.store.tokens_used_total() - used_before
+    result.tokens_left = rt.bucket().tokens
+    result.duration_s = time.perf_counter() - t0
+    if seq is not None:
+        rt.store.finish_pass(seq, result.status, {
+            "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
+            "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
+    return result
 
 
 def _relay(rt: Runtime, result: PassResult) -> dict:
     """Outbox → Kafka and the audit service; a configured destination that is down, or that ran in a weaker
     delivery mode than configured (Kafka without transactions), makes the pass partial."""
     configured = {dest for dest in DESTINATIONS.values() if rt.region.section(dest) is not None}
-    report = relay_outbox(rt.store, rt.outlets, now=rt.now, configured=configured)
+    with rt.store.relay_lock() as mine:
+        if not mine:  # it delivers the same rows; this pass's rows go with them or with the next pass
+            rt.progress("relay: another process is relaying this region's outbox; left to it")
+            return {}
+        report = relay_outbox(rt.store, rt.outlets, now=rt.now, configured=configured)
     for dest, why in report.failed.items():
         result.degraded[f"relay.{dest}"] = why
     for dest, why in report.degraded.items():  # e.g. Kafka without transactions: delivered, but weaker

@@ -14,8 +14,10 @@ they describe (``spotctl.state.store``). This step delivers them:
   idempotency key (the record id); Kafka consumers drop it by the CloudEvents
   ``id`` (see ``spotctl.adapters.kafka``; with ``isolation_level=read_committed``
   they also never see a batch whose transaction a crash left open);
-- **bounded**: an unavailable destination costs a pass at most its
-  ``max_wait_seconds``; its rows stay queued, the next pass tries again;
+- **bounded, and off the pass lock**: an unavailable destination costs one
+  attempt per pass (the audit client's ``timeout_seconds``; Kafka's
+  ``max_wait_seconds``), made after the pass lock is released; its rows stay
+  queued and the next pass tries again;
 - **never silently weaker**: an outlet that can run in more than one delivery
   mode (Kafka: ``transactional``, ``idempotent``, ``acks-all``) says which one
   it used (``mode``) and, when that is weaker than its configuration asks,

@@ -207,6 +207,24 @@ class Store:
         self._lock_fd = fd
         return True
 
+    @contextlib.contextmanager
+    def relay_lock(self) -> Iterator[bool]:
+        """The outbox relay's own lock (not the pass lock: a slow destination must not hold up passes or the
+        watcher). Yields False, at once, when another process is relaying: it delivers the same rows."""
+        fd = os.open(str(self.path) + ".relay.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
     def unlock(self) -> None:
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

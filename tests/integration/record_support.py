@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 def region_toml(name: str, *, bootstrap: str, audit_url: str, token_file: Path, kafka_wait: float = 3,
-                audit_wait: float = 3, kafka_batch: int = 500, audit_batch: int = 200, seed: int = 3) -> str:
+                kafka_batch: int = 500, audit_batch: int = 200, seed: int = 3) -> str:
     pools = []
     for i, (pool, az) in enumerate((("gp", "az1"), ("gp2", "az2"))):
         pools.append(f"""
@@ -59,7 +59,6 @@ batch_size = {kafka_batch}
 url = "{audit_url}"
 token_file = "{token_file}"
 timeout_seconds = 2
-max_wait_seconds = {audit_wait}
 batch_size = {audit_batch}
 """
 

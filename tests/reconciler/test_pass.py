@@ -236,3 +236,37 @@ def test_no_cloud_or_scheduler_call_inside_a_write_transaction(make_rt):
     assert kinds["gone"] > 0 and kinds["draining"] > 0, kinds  # deletes, drains and releases did happen
     assert all(r.status in ("ok", "partial") for r in results)
     assert seen == [], f"network calls inside a write transaction: {Counter(seen)}"
+
+
+def test_the_relay_runs_after_the_pass_lock_is_released(make_rt, tmp_path):
+    """A slow or unreachable audit service or broker must not hold up the next pass or the watcher: while the
+    pass relays its outbox, the region lock is free (another process could take it), and a second relay at the
+    same time would find the relay lock taken (and leave the rows to this one)."""
+    rt, world = make_rt()
+    seen: dict[str, object] = {}
+
+    class Destination:  # stands for the audit service: it only looks at the locks while it is called
+        batch_size = 100
+
+        def deliver(self, rows):
+            other = Store.open(tmp_path / "state.db", rt.region.name)
+            try:
+                seen["lock_free"] = other.try_lock()
+                if seen["lock_free"]:
+                    other.unlock()
+                with other.relay_lock() as mine:
+                    seen["relay_lock_free"] = mine
+            finally:
+                other.close()
+            return len(rows)
+
+        def close(self):
+            pass
+
+    rt.outlets = {"audit": Destination()}
+    rt.clock.advance(30)
+    world.advance(rt.clock.now())
+    result = run_pass(rt)
+    assert result.relay["audit"]["delivered"] > 0
+    assert seen["lock_free"] is True  # the pass lock was released before the relay
+    assert seen["relay_lock_free"] is False  # and the relay held its own
