@@ -90,6 +90,8 @@ class NodeView:
     host: str | None = None
     protected_until: float | None = None  # what the schedulers were last told (SchedulerPort.protect)
     protect_closed: bool = False
+    cordoned_by_us: bool = False  # our record says we cordoned it (``cordoned`` also counts other cordons)
+    known: bool = True  # some scheduler knows the node (it has registered): there is something to cordon
 
     def to_dict(self) -> dict:
         return {
@@ -97,6 +99,7 @@ class NodeView:
             "running": self.running, "cordoned": self.cordoned, "idle_since": self.idle_since,
             "notice": _notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
             "protected_until": self.protected_until, "protect_closed": self.protect_closed,
+            "cordoned_by_us": self.cordoned_by_us, "known": self.known,
         }
 
 
@@ -184,7 +187,8 @@ class PlanInput:
                     kind=NoticeKind(n["notice"]["kind"]), issued_at=n["notice"]["issued_at"],
                     deadline=n["notice"]["deadline"], reason=n["notice"]["reason"], pool=n["notice"]["pool"]),
                 price=n["price"], drain_started=n["drain_started"], host=n.get("host"),
-                protected_until=n.get("protected_until"), protect_closed=n.get("protect_closed", False))
+                protected_until=n.get("protected_until"), protect_closed=n.get("protect_closed", False),
+                cordoned_by_us=n.get("cordoned_by_us", False), known=n.get("known", True))
                 for n in d["nodes"]),
             demand=tuple(DemandClass(
                 key=c["key"], scheduler=c["scheduler"], shape=Shape(**c["shape"]), priority=c["priority"],
@@ -286,7 +290,8 @@ def build_input(
             cordoned=node.cordoned or any(u.cordoned for u in us), idle_since=idle_since,
             notice=notice, price=node.price,
             drain_started=node.updated_at if node.state is NodeState.DRAINING else None, host=node.host,
-            protected_until=node.protected_until, protect_closed=node.protect_closed,
+            protected_until=node.protected_until, protect_closed=node.protect_closed, cordoned_by_us=node.cordoned,
+            known=bool(us),
         ))
     classes: dict[tuple, list] = {}
     for u in units:
@@ -493,7 +498,7 @@ def plan(inp: PlanInput) -> Plan:
             what = f"{notice.kind.value} advisory {notice.id} ({notice.reason or 'reclaim risk'})"
             if stage == "expired":
                 # Time-boxed: an advisory that neither cleared nor became a notice stops steering us.
-                if n.state is NodeState.ADVISED:
+                if n.state is NodeState.ADVISED or (n.state is NodeState.BUILDING and n.cordoned_by_us):
                     add("uncordon", Priority.OPERATOR, f"{what} timed out after {int(now - notice.issued_at)}s: "
                         "accept work again", node=n.id, pool=n.pool, inputs={"notice": notice.id})
                 continue
@@ -505,13 +510,15 @@ def plan(inp: PlanInput) -> Plan:
                 if n.running:
                     to_replace.append(n)
                 continue
-            if n.state is not NodeState.ADVISED and not n.cordoned:
+            # (a node still booting that no scheduler knows yet has nothing to cordon, and no work is planned
+            # onto it: it is cordoned once it registers, not once per pass before)
+            if n.state is not NodeState.ADVISED and not n.cordoned and (n.known or n.state is not NodeState.BUILDING):
                 add("cordon", Priority.RECLAIM, f"{what}: stop new placements", node=n.id, pool=n.pool,
                     inputs={"notice": notice.id, "stage": "cordon"})
             if stage == "prespin" and n.running:
                 to_replace.append(n)
             continue
-        if notice is None and n.state is NodeState.ADVISED:
+        if notice is None and (n.state is NodeState.ADVISED or (n.state is NodeState.BUILDING and n.cordoned_by_us)):
             add("uncordon", Priority.OPERATOR, "advisory cleared: accept work again", node=n.id, pool=n.pool)
 
     # 3b. The calendar at run time: each node's schedulers are told by when its work must end (a

@@ -407,6 +407,8 @@ def _cordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     with rt.store.tx():
         if node.state is NodeState.ACTIVE:
             rt.store.transition(node, NodeState.ADVISED, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
+        elif node.state is NodeState.BUILDING and fan.ok:
+            rt.store.update_node(node, cordoned=True)  # advised once active (sync); not cordoned again meanwhile
         _audit(rt, action, node.id, result, **fan.evidence())
     rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
     return Outcome(action.id, "cordon", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())
@@ -421,6 +423,8 @@ def _uncordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     with rt.store.tx():
         if node.state is NodeState.ADVISED:
             rt.store.transition(node, NodeState.ACTIVE, reason=action.reason, at=now, actor=rt.actor, cordoned=False)
+        elif node.state is NodeState.BUILDING and fan.ok:
+            rt.store.update_node(node, cordoned=False)
         _audit(rt, action, node.id, result, **fan.evidence())
     rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
     return Outcome(action.id, "uncordon", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())

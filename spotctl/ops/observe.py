@@ -192,6 +192,9 @@ def _sync_nodes(rt: Runtime, snap: Snapshot,
                 if inst.status == "ACTIVE" and node.state is NodeState.BUILDING:
                     store.transition(node, NodeState.ACTIVE, reason="instance active", at=now, actor=actor,
                                      instance_id=inst.id, host=inst.host, idle_since=now)
+                    if node.cordoned:  # cordoned for an advisory while it was building: advised now
+                        store.transition(node, NodeState.ADVISED, reason="cordoned for an advisory while building",
+                                         at=now, actor=actor)
                     changed["active"] += 1
                 elif inst.status == "ERROR" and node.state in (NodeState.BUILDING,):
                     _build_failed(rt, node, inst, now)

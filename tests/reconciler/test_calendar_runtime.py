@@ -51,3 +51,24 @@ def test_nodes_on_reserved_hosts_are_protected_and_long_jobs_stay_off_them(make_
     assert checked > 0, "no node sat on a host a lease takes: the scenario did not happen"
     protects = [r for r in rt.store.audit_records() if r["action"] == "node.protect"]
     assert protects and all(r["result"] == "ok" for r in protects), protects
+
+
+def test_a_building_node_under_a_calendar_advisory_is_cordoned_once(make_rt):
+    """Issue 11, item 9: an action that changes nothing is not taken (nor audited) again. A node still
+    building when a reservation's advisory comes due is cordoned once, advised once it is active, and the
+    advisory's later passes do not cordon it again."""
+    from spotctl.sim.cloud import Lease
+
+    rt, world = make_rt()
+    advance(rt, world, 60, step=30)
+    building = [n for n in rt.store.nodes(live_only=True) if n.state.value == "building" and n.host]
+    assert building, "the first passes launched nothing still building"
+    n = building[0]
+    now = rt.now()
+    world.fleet.add_lease(Lease("lease-adv", n.pool, (n.host,), now + 2400, now + 9600, now,
+                                rt.region.pools[n.pool].cleaning_seconds))
+    advance(rt, world, 600, step=30)  # 20 passes: it boots meanwhile
+    cordons = [r for r in rt.store.audit_records() if r["action"] == "node.cordon" and r["target"] == n.id]
+    assert len(cordons) == 1, [(r["result"], r["at"] - now) for r in cordons]
+    node = rt.store.node(n.id)
+    assert node.cordoned and node.state.value in ("advised", "draining", "deleting", "gone"), node
