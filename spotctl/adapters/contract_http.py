@@ -11,11 +11,12 @@ Configured per region::
     url = "https://spot-contract.example.net"   # required
     token_file = "/etc/spotctl/contract.token"  # or token = "..." (bearer)
     timeout_seconds = 10                        # per request (long-polls add their wait)
-    retries = 3                                 # on 409/429/5xx/timeouts, with backoff
 
 Errors are translated here: 401/403 → AuthError, 404 → NotFoundError,
-400 → RefusedError, 409/429/5xx/timeouts → TemporaryError (after the
-retries), connection refused → UnavailableError. The rate card is fetched
+400 → RefusedError, 409/429/5xx/timeouts → TemporaryError, connection refused
+→ UnavailableError. One attempt per call, no retry loop and no sleep (a pass or
+the watcher never waits on the feed): the next pass asks again; a reclaim is
+sent with an idempotency key, so asking again never reclaims twice. The rate card is fetched
 with ``If-None-Match``; on 304 the card held is returned. Feed bodies are
 checked: a malformed rate card is an UnavailableError; a malformed notice is
 skipped, counted in ``rejected`` and logged. ``requests`` is imported on the
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -70,16 +70,12 @@ class ContractFeed:
 
     provides_notices = True
 
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10.0, retries: int = 3,
-                 backoff: float = 0.5, max_backoff: float = 8.0, session=None):
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10.0, session=None):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"contract url {url!r} must start with http:// or https://")
         self.url = url.rstrip("/")
         self._token = token
         self.timeout = float(timeout)
-        self.retries = max(0, int(retries))
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
         self._session = session
         self.etag: str | None = None
         self.card: RateCard | None = None
@@ -105,10 +101,7 @@ class ContractFeed:
         timeout = sec.get("timeout_seconds", 10.0)
         if not timeout > 0:
             raise ConfigError(f"{where}.timeout_seconds must be > 0")
-        retries = sec.get("retries", 3)
-        if not 0 <= retries <= 10:
-            raise ConfigError(f"{where}.retries must be between 0 and 10")
-        return cls(sec["url"], token=token or None, timeout=timeout, retries=retries)
+        return cls(sec["url"], token=token or None, timeout=timeout)
 
     def __repr__(self) -> str:  # never shows the token
         return f"<ContractFeed {self.url}>"
@@ -292,34 +285,22 @@ class ContractFeed:
 
         url = self.url + path
         what = f"contract feed {method} {path}"
-        attempt = 0
-        while True:
-            delay = min(self.max_backoff, self.backoff * (2 ** attempt))
-            try:
-                resp = self._sess().request(method, url, params=params, json=json, headers=headers,
-                                            timeout=timeout or self.timeout, allow_redirects=False)
-            except requests.Timeout:
-                err: Exception = TemporaryError(f"{what}: no answer from {self.url} within "
-                                                f"{timeout or self.timeout:g} s")
-            except requests.ConnectionError as e:
-                if _refused(e):
-                    raise UnavailableError(f"{what}: connection to {self.url} refused",
-                                           hint="is the contract API up? (`spotctl sim serve` for the simulator)"
-                                           ) from None
-                err = TemporaryError(f"{what}: connection to {self.url} failed ({type(e).__name__})")
-            except requests.RequestException as e:
-                raise UnavailableError(f"{what}: {type(e).__name__}: {e}") from None
-            else:
-                if resp.status_code in ok:
-                    return resp
-                err = self._translate(resp, what)
-                if isinstance(err, TemporaryError):
-                    delay = max(delay, _retry_after(resp, self.max_backoff))
-            if not isinstance(err, TemporaryError) or attempt >= self.retries:
-                raise err
-            attempt += 1
-            log.info("%s (retry %d of %d in %.1f s)", err, attempt, self.retries, delay)
-            time.sleep(delay)
+        try:
+            resp = self._sess().request(method, url, params=params, json=json, headers=headers,
+                                        timeout=timeout or self.timeout, allow_redirects=False)
+        except requests.Timeout:
+            raise TemporaryError(f"{what}: no answer from {self.url} within {timeout or self.timeout:g} s") from None
+        except requests.ConnectionError as e:
+            if _refused(e):
+                raise UnavailableError(f"{what}: connection to {self.url} refused",
+                                       hint="is the contract API up? (`spotctl sim serve` for the simulator)"
+                                       ) from None
+            raise TemporaryError(f"{what}: connection to {self.url} failed ({type(e).__name__})") from None
+        except requests.RequestException as e:
+            raise UnavailableError(f"{what}: {type(e).__name__}: {e}") from None
+        if resp.status_code in ok:
+            return resp
+        raise self._translate(resp, what)
 
     def _translate(self, resp, what: str) -> Exception:
         code = resp.status_code
@@ -354,11 +335,3 @@ def _refused(e: Exception) -> bool:
             nxt = cur.args[0]
         cur = nxt
     return False
-
-
-def _retry_after(resp, cap: float) -> float:
-    value = resp.headers.get("Retry-After")
-    try:
-        return min(cap, max(0.0, float(value))) if value else 0.0
-    except ValueError:
-        return 0.0

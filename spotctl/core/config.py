@@ -53,7 +53,7 @@ _REGION_SCHEMA = {
     "slurm": {"url": str, "user": str, "token": str, "token_file": str, "token_env": str, "api_version": str, "scontrol": str, "slurm_conf": str, "timeout_seconds": _NUM, "verify_tls": bool, "ca_file": str, "node_name": str, "node_prefix": str, "default_time_limit_seconds": int, "drain_via": str},
     "kafka": {"bootstrap_servers": str, "topic": str, "client_id": str, "max_wait_seconds": _NUM, "batch_size": int, "transactions": bool, "transactional_id": str, "security_protocol": str, "sasl_mechanism": str, "sasl_plain_username": str, "sasl_plain_password": str, "sasl_password_file": str, "ssl_cafile": str, "ssl_certfile": str, "ssl_keyfile": str, "ssl_check_hostname": bool},
     "audit": {"url": str, "token": str, "token_file": str, "timeout_seconds": _NUM, "batch_size": int, "ca_file": str},
-    "contract": {"url": str, "token": str, "token_file": str, "timeout_seconds": _NUM, "retries": int},
+    "contract": {"url": str, "token": str, "token_file": str, "timeout_seconds": _NUM},
     # Integration sections: each real adapter reads its own table (see ADAPTER_SECTIONS).
     # A section present replaces that part of the simulator for this region.
 }

@@ -25,7 +25,7 @@ from functools import cached_property
 from .budget import Bucket, Priority
 from .capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, calendar_id
 from .config import Policy
-from .lifecycle import forced_round
+from .lifecycle import bound_schedulers, forced_round
 from .models import (
     Exclusion,
     KubernetesBinding,
@@ -123,6 +123,9 @@ class PlanInput:
     excluded: dict[str, int] = field(default_factory=dict)  # reason -> count
     exclusions: tuple[tuple[str, str, str], ...] = ()  # (unit, scheduler, reason), first MAX_EXCLUSIONS
     host_reclaims: dict[str, float] = field(default_factory=dict)  # host -> when a reservation takes it
+    #: schedulers whose usage was not read this pass (down, or bound by a pool but not configured): a node of
+    #: theirs that shows nothing running is not known to be empty
+    usage_unread: frozenset[str] = frozenset()
 
     def digest(self) -> str:
         return self._encoded[1]
@@ -161,6 +164,7 @@ class PlanInput:
             "exclusions": [list(e) for e in self.exclusions],
             "pools": {k: pool_to_dict(v) for k, v in sorted(self.pools.items())},
             "host_reclaims": dict(sorted(self.host_reclaims.items())),
+            **({"usage_unread": sorted(self.usage_unread)} if self.usage_unread else {}),
         }
 
     @classmethod
@@ -200,6 +204,7 @@ class PlanInput:
             no_notice_pools=frozenset(d["no_notice_pools"]), excluded=dict(d["excluded"]),
             exclusions=tuple(tuple(e) for e in d["exclusions"]),
             host_reclaims=dict(d.get("host_reclaims", {})),
+            usage_unread=frozenset(d.get("usage_unread", ())),
         )
 
 
@@ -254,6 +259,7 @@ def build_input(
     no_notice_pools: frozenset[str] = frozenset(),
     exclusions: list[Exclusion] | None = None,
     host_reclaims: dict[str, float] | None = None,
+    usage_unread: frozenset[str] = frozenset(),
 ) -> PlanInput:
     """Aggregate an observed snapshot into a compact, recordable plan input."""
     by_node: dict[str, list[NodeUsage]] = {}
@@ -326,6 +332,7 @@ def build_input(
         no_notice_pools=no_notice_pools, excluded=dict(excluded),
         exclusions=tuple(sorted((e.unit_id, str(e.scheduler), e.reason) for e in (exclusions or ()))[:MAX_EXCLUSIONS]),
         host_reclaims={h: t for h, t in (host_reclaims or {}).items() if now <= t <= now + HORIZON_SECONDS},
+        usage_unread=frozenset(usage_unread),
     )
 
 
@@ -482,8 +489,12 @@ def plan(inp: PlanInput) -> Plan:
                 add("drain", pr, f"drain continues: {n.running} workload(s) still on the node", node=n.id,
                     pool=n.pool, deadline=deadline, inputs={"running": n.running, "continue": True,
                                                            **({"notice": notice.id} if notice else {})})
-            if n.running == 0 or overdue or deadline_near:
-                why = "drained and empty" if n.running == 0 else (
+            # empty only on evidence: every scheduler the node is bound to was read and shows nothing there
+            pool = inp.pools.get(n.pool)
+            seen_empty = n.running == 0 and n.known and not (
+                bound_schedulers(pool) & inp.usage_unread if pool is not None else inp.usage_unread)
+            if seen_empty or overdue or deadline_near:
+                why = "drained and empty" if seen_empty else (
                     "drain time is up" if overdue else "notice deadline is near")
                 if tokens(pr, 1):
                     add("delete", pr, f"{why}: return the capacity", node=n.id, pool=n.pool)

@@ -330,6 +330,8 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
         units=snap.units, excluded=excluded, recent_reclaims=rt.store.recent_reclaims(now - RECLAIM_WINDOW),
         pool_failures=rt.store.pool_failures(now), budget=rt.bucket(), no_notice_pools=no_notice,
         exclusions=snap.exclusions, host_reclaims=host_reclaims(rt, snap),
+        usage_unread=frozenset({k.split(":", 1)[1] for k in snap.degraded if k.startswith("scheduler:")}
+                               | ({"kubernetes", "slurm"} - {s.name for s in rt.schedulers})),
     )
 
 

@@ -94,7 +94,7 @@ def _http_side(served: Served) -> Side:
         return live
 
     def fresh():
-        return ContractFeed(served.url, token=TOKEN, timeout=5, retries=1)
+        return ContractFeed(served.url, token=TOKEN, timeout=5)
 
     feed = fresh()
     return Side(feed, feed, victims, lambda: set(world()["pools"]), time.time, fresh)
@@ -257,7 +257,7 @@ def test_a_wrong_token_is_an_auth_error(served):
     from spotctl.adapters.contract_http import ContractFeed
 
     for token in ("wrong-token", None):
-        for what, call in _calls(ContractFeed(served.url, token=token, timeout=5, retries=1)).items():
+        for what, call in _calls(ContractFeed(served.url, token=token, timeout=5)).items():
             with pytest.raises(AuthError, match="401") as e:
                 call()
             assert e.value.exit_code == ExitCode.AUTH == 4, what
@@ -268,7 +268,7 @@ def test_an_unknown_path_is_not_found(served):
     from spotctl.adapters.contract_http import ContractFeed
     from tests.integration.test_contract_api import TOKEN
 
-    feed = ContractFeed(served.url + "/no-such-prefix", token=TOKEN, timeout=5, retries=1)  # a wrong base URL
+    feed = ContractFeed(served.url + "/no-such-prefix", token=TOKEN, timeout=5)  # a wrong base URL
     for what, call in _calls(feed).items():
         with pytest.raises(NotFoundError, match="404") as e:
             call()
@@ -281,7 +281,7 @@ def test_a_stopped_service_is_unavailable(tmp_path):
     from tests.integration.test_contract_api import TOKEN, Server
 
     srv = Server(tmp_path, "--token", TOKEN, "--instances", "1")
-    feed = ContractFeed(srv.url, token=TOKEN, timeout=2, retries=1, backoff=0.1)
+    feed = ContractFeed(srv.url, token=TOKEN, timeout=2)
     feed.rate_card()  # up, with a kept-alive connection
     _, cursor = feed.poll(None, 0)
     code, _, err = srv.stop()

@@ -49,7 +49,7 @@ def _http_side(tmp_path_factory) -> tuple[Side, object]:
 
     srv = Server(tmp_path_factory.mktemp("conf-sim"), "--token", TOKEN, "--seed", "41", "--instances", "6",
                  "--max-wait", "5")
-    feed = ContractFeed(srv.url, token=TOKEN, timeout=5, retries=1)
+    feed = ContractFeed(srv.url, token=TOKEN, timeout=5)
     taken: set[str] = set()
 
     def victims(n):

@@ -85,7 +85,7 @@ def test_the_stop_is_reported_as_it_happened(tmp_path):
 
 @pytest.fixture
 def feed(server):
-    return ContractFeed(server.url, token=TOKEN, timeout=5, retries=1)
+    return ContractFeed(server.url, token=TOKEN, timeout=5)
 
 
 def _world(server) -> dict:
@@ -273,7 +273,7 @@ def test_wrong_token_is_an_auth_error(server):
 
 
 def test_server_down_is_unavailable():
-    feed = ContractFeed(f"http://127.0.0.1:{_free_port()}", timeout=2, retries=2)
+    feed = ContractFeed(f"http://127.0.0.1:{_free_port()}", timeout=2)
     t0 = time.monotonic()
     with pytest.raises(UnavailableError) as e:
         feed.rate_card()
@@ -305,7 +305,7 @@ def test_plan_prices_come_from_the_served_rate_card(server, feed, tmp_path):
     (tmp_path / "contract.token").write_text(TOKEN + "\n")
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'[regions.demo]\nbackend = "sim"\n\n[regions.demo.contract]\nurl = "{server.url}"\n'
-                   f'token_file = "{tmp_path / "contract.token"}"\ntimeout_seconds = 5\nretries = 1\n')
+                   f'token_file = "{tmp_path / "contract.token"}"\ntimeout_seconds = 5\n')
     before = feed.rate_card()
     proc = subprocess.run([str(BIN / "spotctl"), "--config", str(cfg), "plan", "-o", "json"],
                           capture_output=True, text=True, timeout=60, env=_env(tmp_path))

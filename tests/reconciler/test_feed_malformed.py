@@ -57,7 +57,7 @@ def test_malformed_bodies_never_crash_a_pass_or_lose_state(make_rt, provider, ca
     assert first.status == "ok"
     before = rt.store.counts()
     node = rt.store.nodes(live_only=True)[0]
-    feed = ContractFeed(provider, retries=0, timeout=2)
+    feed = ContractFeed(provider, timeout=2)
     rt.contract = feed
     Provider.bodies = {
         "/v1/rate-card": card({"gp-az1": -1.0}),  # a negative price: the whole card is refused

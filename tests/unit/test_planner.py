@@ -129,7 +129,8 @@ def test_a_drain_continues_pass_after_pass_until_the_node_is_empty():
     acts = [(a.kind, a.node, a.inputs.get("continue"), a.inputs.get("force")) for a in p.actions]
     assert acts == [("drain", "n1", True, None)]
     assert p.actions[0].deadline == NOW + 100
-    empty = plan(plan_input([pool()], hosts("p1", 1), [], nodes=[n1], usage=[], notices=[notice]))
+    gone = NodeUsage(node="n1", scheduler=Scheduler.SLURM, used=Shape(), running=0, last_busy_at=NOW)  # seen empty
+    empty = plan(plan_input([pool()], hosts("p1", 1), [], nodes=[n1], usage=[gone], notices=[notice]))
     assert [(a.kind, a.node) for a in empty.actions] == [("delete", "n1")]
 
 
@@ -277,3 +278,21 @@ def test_a_recorded_input_reproduces_its_plan(s):
     again = PlanInput.from_dict(stored)
     assert again.digest() == inp.digest()
     assert plan(again).to_dict(explain=True) == plan(inp).to_dict(explain=True)
+
+
+def test_a_draining_node_is_empty_only_when_its_schedulers_were_read():
+    """Helper review of issue 10: a draining node showing nothing running because its scheduler could not be
+    read (down, or not configured) is not "drained and empty": no delete until the drain time is up."""
+    from dataclasses import replace as _replace
+
+    drain = _replace(node(1), state=NodeState.DRAINING, updated_at=NOW - 10)
+    seen = NodeUsage(node=drain.id, scheduler=Scheduler.SLURM, used=Shape(), running=0, last_busy_at=NOW - 10)
+
+    def deletes(usage, unread=frozenset()):
+        inp = _replace(plan_input([pool()], hosts("p1", 2, spot=1), [], nodes=[drain], usage=usage),
+                       usage_unread=unread)
+        return [a.reason for a in plan(inp).actions if a.kind == "delete"]
+
+    assert deletes([seen]) == ["drained and empty: return the capacity"]
+    assert deletes([]) == []  # no scheduler said anything of it
+    assert deletes([seen], frozenset({"slurm"})) == []  # its scheduler was down this pass
