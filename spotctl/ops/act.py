@@ -115,8 +115,13 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     priority = action.priority
     for i in range(action.count or 0):
         sub = f"{action.id}.{i}"
-        if store.conn.execute("SELECT 1 FROM nodes WHERE action_id=?", (sub,)).fetchone():
-            out.done += 1  # already done by an earlier (crashed) attempt of this same action
+        row = store.conn.execute("SELECT state, instance_id FROM nodes WHERE action_id=?", (sub,)).fetchone()
+        if row is not None:
+            # an earlier (crashed) attempt of this same action made this node: done only if it has its instance
+            # (resume() creates or adopts the instance of an intended node; a failed one is not done)
+            if row["instance_id"] is not None and row["state"] != NodeState.FAILED.value:
+                out.done += 1
+                out.nodes.append(node_name(pool.name, sub))
             continue
         if not rt.take_token(priority):
             out.status = "partial"
@@ -136,6 +141,9 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
             out.status = "failed" if out.done == 0 else "partial"
             out.detail = detail
             break
+    if out.status == "ok" and out.done < (action.count or 0):
+        out.status = "partial"
+        out.detail = f"{out.done} of {action.count} instance(s) exist; the rest are intended (the next pass resumes them)"
     store.finish_action(action.id, "done" if out.status == "ok" else out.status, out.detail or "ok", rt.now())
     rt.progress(f"launch {action.pool}: {out.done}/{action.count} ({out.status})")
     return out
@@ -144,7 +152,12 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
 def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
     """Create (or adopt) the instance of an intended node. Never creates a duplicate."""
     store = rt.store
-    existing = rt.cloud.find_instance(node.action_id)
+    try:
+        existing = rt.cloud.find_instance(node.action_id)
+    except SpotctlError as e:
+        # unknown whether an earlier attempt made it: the node stays intended and a later pass looks again
+        # (failing it here could orphan an instance that exists)
+        return False, f"{pool.name}: cannot look up the instance of {node.id}: {e.message} (will retry next pass)"
     try:
         inst = existing or rt.cloud.create_instance(pool, node.id, node.action_id)
     except SpotctlError as e:
@@ -319,6 +332,8 @@ def _each_scheduler(rt: Runtime, node: Node, fn) -> Fanout:
     booting = node.state in (NodeState.INTENDED, NodeState.BUILDING)
     expected = [name for name in fan.unknown if name in bound]
     fan.pending, fan.missing = (expected, []) if booting else ([], expected)
+    # a scheduler the pool is bound to but this entry point has no adapter for was never asked: not "ok"
+    fan.missing += sorted(bound - {s.name for s in rt.schedulers})
     return fan
 
 
@@ -383,10 +398,10 @@ def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Out
     with rt.store.tx():
         if first:
             rt.store.transition(node, NodeState.DRAINING, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
-            if node.notice_id:
-                rt.store.notice_handled(node.notice_id, now)
-            elif action.inputs.get("notice"):
-                rt.store.notice_handled(action.inputs["notice"], now)
+        if fan.ok:  # handled once every bound scheduler took a round (a failed first round is driven again)
+            notice = node.notice_id or action.inputs.get("notice")
+            if notice:
+                rt.store.notice_handled(notice, now)
         # every first round is audited; a later round when it changed something worth a record
         if first or forced or empty or not fan.ok:
             _audit(rt, action, node.id, result, round="first" if first else "continue", forced=forced, **evidence)
@@ -405,7 +420,7 @@ def _cordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     now = rt.now()
     result = fan.status
     with rt.store.tx():
-        if node.state is NodeState.ACTIVE:
+        if node.state is NodeState.ACTIVE and fan.ok:  # else the next pass cordons again
             rt.store.transition(node, NodeState.ADVISED, reason=action.reason, at=now, actor=rt.actor, cordoned=True)
         elif node.state is NodeState.BUILDING and fan.ok:
             rt.store.update_node(node, cordoned=True)  # advised once active (sync); not cordoned again meanwhile
@@ -421,7 +436,7 @@ def _uncordon(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     now = rt.now()
     result = fan.status
     with rt.store.tx():
-        if node.state is NodeState.ADVISED:
+        if node.state is NodeState.ADVISED and fan.ok:  # else the next pass uncordons again
             rt.store.transition(node, NodeState.ACTIVE, reason=action.reason, at=now, actor=rt.actor, cordoned=False)
         elif node.state is NodeState.BUILDING and fan.ok:
             rt.store.update_node(node, cordoned=False)
@@ -452,8 +467,8 @@ def _protect(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
 
 def _delete(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     node = _node_for(rt, action)
-    if node.state is NodeState.DELETING:
-        return Outcome(action.id, "delete", "ok", "already deleting", pool=node.pool, node=node.id)
+    if node.state is NodeState.DELETING:  # its delete was recorded as asked; resume() asks again each pass
+        return Outcome(action.id, "delete", "skipped", "already deleting", pool=node.pool, node=node.id)
     if not rt.take_token(action.priority):
         return Outcome(action.id, "delete", "skipped", "token budget exhausted", pool=node.pool, node=node.id)
     _intent(rt, action, plan_id)

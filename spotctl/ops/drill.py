@@ -241,9 +241,10 @@ def report(rt: Runtime, drill_id: str) -> dict:
     for n in notices.values():
         if n["kind"] == "hard":
             by_instance.setdefault(n["instance_id"], n)
-    drains = {}
+    drains = {}  # node -> its first drain round every bound scheduler accepted (evidence, not the state change)
     for a in rt.store.audit_query(since=drill["started_at"] - 1, action="node.drain"):
-        drains.setdefault(a["target"], a)
+        if a["result"] == "ok":
+            drains.setdefault(a["target"], a)
     rows = []
     checks = passed = 0
     for v in drill["victims"]:
@@ -264,16 +265,19 @@ def report(rt: Runtime, drill_id: str) -> dict:
         latency = None if not n or n.get("delivered_at") is None else round(n["delivered_at"] - n["issued_at"], 3)
         left = None if not n else round(n["deadline"] - n["first_seen_at"], 1)
         lead = None if not n or n["deadline"] is None else round(n["deadline"] - n["issued_at"], 1)
-        drained_at = at.get("draining")
         drain = drains.get(v["node"])
+        drained_at = drain["at"] if drain is not None else None
         running = (drain or {}).get("inputs", {}).get("running", 0) or 0
         drained_in_time = drained_at is not None and drained_at <= deadline
         returned_at = at.get("deleting")
-        gone = "gone" in at
+        # returned by us: deleted, and its release verified — not taken back by the provider at the deadline
+        gone = any(t["to_state"] == "gone" and not t["reason"].startswith("reclaimed after notice") for t in trans)
         replacement = _replacement_time(rt, drill, v, drained_at) if running else None
         # With an advisory lead the node may be drained and returned before the hard notice comes:
         # the notice's own checks (delivery, lead) were then not exercised — neither passed nor failed.
         unchecked = ["delivery_latency", "notice_lead"] if n is None and advised and "gone" in at else []
+        if drain is not None and "running" not in drain.get("inputs", {}):
+            unchecked.append("jobs_lost")  # that round did not say what ran there (a watcher round)
         row = {
             "node": v["node"], "notice": n["id"] if n else None, "advisory": first["id"] if advised else None,
             "unchecked": unchecked, "delivery_latency_s": latency,

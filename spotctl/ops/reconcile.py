@@ -66,6 +66,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
         result.message = "another pass holds the region lock; skipped"
         rt.progress(result.message)
         return result
+    seq = None
     try:
         used_before = rt.store.tokens_used_total()
         seq = None if dry_run else rt.store.start_pass(rt.actor, now)
@@ -92,6 +93,15 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
                                           "kinds": [a.kind for a in plan.actions]},
                                  plan_input=inp.to_dict())
             result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools))
+    except BaseException as e:  # an error or an interrupt: the pass row says so, not "running" for good
+        if seq is not None:
+            try:
+                rt.store.finish_pass(seq, "failed" if isinstance(e, Exception) else "interrupted",
+                                     {"error": f"{type(e).__name__}: {e}"[:500],
+                                      "outcomes": [o.to_dict() for o in result.outcomes]}, rt.now())
+            except Exception:  # the store itself failed: the next pass closes the row as abandoned
+                log.exception("could not record the end of pass %s", seq)
+        raise
     finally:
         rt.store.unlock()
     if not dry_run:

@@ -589,7 +589,10 @@ class Store:
         return d
 
     def start_pass(self, actor: str, at: float) -> int:
+        """A new pass row (the caller holds the region lock, so no other pass is live): a row an earlier
+        pass left ``running`` (killed, or failed without finishing) is closed as ``abandoned``."""
         with self.tx() as c:
+            c.execute("UPDATE passes SET status='abandoned', finished_at=? WHERE status='running'", (at,))
             return c.execute("INSERT INTO passes (started_at, actor, status) VALUES (?,?,?)",
                              (at, actor, "running")).lastrowid
 

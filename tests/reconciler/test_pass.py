@@ -270,3 +270,65 @@ def test_the_relay_runs_after_the_pass_lock_is_released(make_rt, tmp_path):
     assert result.relay["audit"]["delivered"] > 0
     assert seen["lock_free"] is True  # the pass lock was released before the relay
     assert seen["relay_lock_free"] is False  # and the relay held its own
+
+
+def test_a_pass_that_fails_half_way_is_recorded_and_a_killed_one_is_closed_by_the_next(make_rt):
+    """Rule 4: no pass row stays `running` without a live owner. An error that stops the pass (here the cloud
+    says the configuration is wrong: exit 3) ends its row as `failed` with the error; a row left `running` by a
+    killed process is closed as `abandoned` by the next pass."""
+    from spotctl.core.errors import ConfigError
+
+    rt, world = make_rt()
+
+    class Misconfigured:  # the cloud refuses the region's configuration (an unknown flavor, say)
+        reads_reservations = True
+
+        def __getattr__(self, name):
+            def call(*a, **kw):
+                raise ConfigError("flavor 'spot.nope' of pool 'gp-az1' does not exist")
+            return call
+
+    def rows():
+        return list(rt.store.conn.execute("SELECT seq, status, summary FROM passes ORDER BY seq"))
+
+    killed = rt.store.start_pass("killed-process", rt.now())  # as if its process died mid-pass
+    good_cloud = rt.cloud
+    rt.cloud = Misconfigured()
+    rt.clock.advance(30)
+    try:
+        run_pass(rt)
+    except ConfigError:
+        pass
+    else:
+        raise AssertionError("the misconfigured cloud did not stop the pass")
+    by_seq = {r["seq"]: r for r in rows()}
+    assert by_seq[killed]["status"] == "abandoned"
+    after = [r for r in rows() if r["seq"] > killed]
+    assert [r["status"] for r in after] == ["failed"] and "spot.nope" in after[0]["summary"]
+    rt.cloud = good_cloud
+    rt.clock.advance(30)
+    world.advance(rt.clock.now())
+    assert run_pass(rt).status in ("ok", "partial")  # the lock was released by the failed pass
+    assert not [r for r in rows() if r["status"] == "running"]
+
+
+def test_a_scheduler_a_pool_is_bound_to_but_that_has_no_adapter_makes_a_drain_partial(make_rt):
+    """A drain asked of no scheduler is not "ok": a pool bound to Kubernetes and Slurm in a runtime that has
+    only Slurm records a partial drain naming the scheduler that was never asked."""
+    from spotctl.core.budget import Priority
+    from spotctl.core.planner import Action
+    from spotctl.ops.act import execute
+
+    rt, world = make_rt()
+    advance(rt, world, 900, step=60)
+    node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
+    pool = rt.region.pools[node.pool]
+    assert pool.kubernetes.labels or pool.kubernetes.taints, "the demo pool is not bound to Kubernetes"
+    rt.schedulers = [s for s in rt.schedulers if s.name == "slurm"]
+    out = execute(rt, Action(id="drain-one", kind="drain", priority=Priority.OPERATOR, reason="operator drain",
+                             pool=node.pool, node=node.id), None)
+    assert out.status == "partial" and "kubernetes" in out.detail, out.to_dict()
+    row = next(a for a in rt.store.actions(limit=None) if a["id"] == "drain-one")
+    assert row["status"] == "partial"
+    rec = [r for r in rt.store.audit_query(action="node.drain") if r["target"] == node.id][-1]
+    assert rec["result"] == "partial" and rec["inputs"]["missing_in"] == ["kubernetes"]
