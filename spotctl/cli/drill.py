@@ -33,7 +33,7 @@ def exercise_reclaim(
     Guardrails: at most policy.drill_max_pool_pct of the pool, one drill per
     region at a time, budgeted API calls (drill class), waves that stop when
     demand served drops or a notice arrives late. Asks for confirmation unless
-    --yes. Sub-commands: list, status DRILL, report DRILL.
+    --yes. Sub-commands: list, status DRILL, report DRILL, abort DRILL.
 
     Example: spotctl exercise-reclaim --pool gp-rsv-az2 --count 2 --yes
     """
@@ -88,6 +88,21 @@ def drill_status(ctx: typer.Context, drill_id: Annotated[str, typer.Argument(hel
     from spotctl.ops import drill as ops
 
     render.emit(st.fmt(), "exercise-reclaim status", ops.status(st.runtime(), drill_id), table=_status_table)
+
+
+@drill_app.command("abort")
+def drill_abort(ctx: typer.Context, drill_id: Annotated[str, typer.Argument(help="Drill id.")],
+                reason: Annotated[Optional[str], typer.Option("--reason", help="Why (audited).")] = None) -> None:
+    """End a drill whose process died: it is marked aborted with its partial score, audited, and the
+    region takes a new drill again. Refused while the drill's process still runs on this host (Ctrl-C it:
+    it then ends aborted by itself).
+
+    Example: spotctl exercise-reclaim abort drill-1a2b3c4d5e
+    """
+    st = state(ctx)
+    from spotctl.ops import drill as ops
+
+    render.emit(st.fmt(), "exercise-reclaim abort", ops.abort(st.runtime(), drill_id, reason), table=_report_table)
 
 
 @drill_app.command("report")

@@ -19,6 +19,8 @@ import hashlib
 import json
 import logging
 import math
+import os
+import socket
 from collections.abc import Callable
 
 from spotctl.core.budget import Priority
@@ -97,8 +99,11 @@ def select(rt: Runtime, pool: str, count: int | None, percent: float | None, not
                            details=facts)
     active = rt.store.get_value(ACTIVE_KEY)
     if active and load(rt, active)["status"] == "running":
+        owner = load(rt, active).get("owner") or {}
+        dead = not (owner.get("host") == socket.gethostname() and _alive(owner.get("pid")))
         raise RefusedError(f"drill {active} is still running in region {rt.region.name!r}: one drill at a time",
-                           hint=f"`spotctl exercise-reclaim status {active}`")
+                           hint=f"its process is gone: `spotctl exercise-reclaim abort {active}`" if dead and owner
+                           else f"`spotctl exercise-reclaim status {active}`")
     seed = f"{rt.region.name}|{pool}|{rt.now()}"
     chosen = sorted(candidates, key=lambda n: hashlib.sha1(f"{seed}|{n.id}".encode()).hexdigest())[:count]
     return {**facts, "victims": [{"node": n.id, "instance_id": n.instance_id} for n in chosen]}
@@ -111,6 +116,7 @@ def start(rt: Runtime, selection: dict) -> dict:
     size = max(1, math.ceil(len(victims) / 3))
     drill = {"id": drill_id, "region": rt.region.name, "pool": selection["pool"], "status": "running",
              "started_at": now, "finished_at": None, "actor": rt.actor,
+             "owner": {"host": socket.gethostname(), "pid": os.getpid()},  # who runs it (abort checks it is gone)
              "notice_seconds": selection["notice_seconds"], "advisory_lead_seconds": selection["advisory_lead_seconds"],
              "waves": [victims[i:i + size] for i in range(0, len(victims), size)], "issued": 0,
              "victims": [dict(v, wave=i // size) for i, v in enumerate(victims)], "abort_reason": None}
@@ -130,31 +136,36 @@ def _issue_wave(rt: Runtime, drill: dict) -> None:
     wave = drill["waves"][drill["issued"]]
     if rt.take_token(Priority.DRILL, len(wave)) < len(wave):
         raise RefusedError("the token budget cannot cover this wave of reclaim calls now")
-    ids = _reclaim(rt, [v["instance_id"] for v in wave], drill)
+    ids, errors = _reclaim(rt, [v["instance_id"] for v in wave], drill)
     now = rt.now()
     for x in drill["victims"]:
         if x["instance_id"] in ids:
             x.update(notice_id=ids[x["instance_id"]], reclaimed_at=now)
+        elif x["instance_id"] in errors:
+            x.update(reclaim_error=errors[x["instance_id"]])  # refused by the provider: scored as failed
     drill["issued"] += 1
-    rt.store.audit(actor=rt.actor, action="drill.reclaim", target=drill["pool"], result="issued",
-                   inputs={"drill": drill["id"], "wave": drill["issued"], "nodes": [v["node"] for v in wave]},
-                   at=now)
+    result = "issued" if len(ids) == len(wave) else "partial" if ids else "failed"
+    rt.store.audit(actor=rt.actor, action="drill.reclaim", target=drill["pool"], result=result,
+                   inputs={"drill": drill["id"], "wave": drill["issued"], "nodes": [v["node"] for v in wave],
+                           **({"refused": errors} if errors else {})}, at=now)
 
 
-def _reclaim(rt: Runtime, instance_ids: list[str], drill: dict) -> dict[str, str | None]:
+def _reclaim(rt: Runtime, instance_ids: list[str], drill: dict) -> tuple[dict[str, str | None], dict[str, str]]:
     """Call the provider's reclaim API (ReclaimPort, one signature on the simulator and the HTTP
-    feed): instance id -> the notice (or advisory, with an advisory lead) it issued."""
+    feed): instance id -> the notice (or advisory, with an advisory lead) it issued, and instance
+    id -> why it was not reclaimed."""
     rec = rt.contract.reclaim(instance_ids, drill["notice_seconds"], drill["advisory_lead_seconds"], drill["id"])
     out: dict[str, str | None] = {}
+    errors: dict[str, str] = {}
     for iid in instance_ids:
         r = rec.receipt(iid)
         if r is None or not r.ok:
-            log.warning("drill %s: the reclaim API did not reclaim %s: %s", drill["id"], iid,
-                        r.error if r is not None else "no receipt")
+            errors[iid] = (r.error if r is not None else None) or "no receipt"
+            log.warning("drill %s: the reclaim API did not reclaim %s: %s", drill["id"], iid, errors[iid])
             continue
         out[iid] = r.notice_id or r.advisory_id
     drill.setdefault("reclaims", []).append(rec.id)
-    return out
+    return out, errors
 
 
 def _stop_condition(rt: Runtime, drill: dict, last_pass) -> str | None:
@@ -174,6 +185,8 @@ def _stop_condition(rt: Runtime, drill: dict, last_pass) -> str | None:
 def _done(rt: Runtime, drill: dict) -> bool:
     grace = 60
     for v in drill["victims"]:
+        if "reclaim_error" in v:
+            continue  # the provider refused it: nothing to wait for
         if "reclaimed_at" not in v:
             return False
         node = rt.store.find_node(v["node"])
@@ -184,7 +197,27 @@ def _done(rt: Runtime, drill: dict) -> bool:
 
 def run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callable[[dict], None] = lambda _: None,
         max_seconds: float = 1800) -> dict:
-    """Issue the waves and let the reconciler handle them, until every victim is gone (or the time is up)."""
+    """Issue the waves and let the reconciler handle them, until every victim is gone (or the time is up).
+
+    Whatever stops it — an error, Ctrl-C, SIGTERM — the drill ends ``aborted`` with its partial score
+    (audited), never ``running`` for good; the error then goes on to the caller."""
+    try:
+        return _run(rt, drill, tick=tick, progress=progress, max_seconds=max_seconds)
+    except BaseException as e:
+        if drill["status"] == "running":
+            why = "interrupted" if isinstance(e, KeyboardInterrupt) else (
+                f"error: {getattr(e, 'message', None) or e}" if isinstance(e, Exception) else type(e).__name__)
+            drill.update(status="aborted", abort_reason=f"{why}"[:300])
+            try:
+                _finish(rt, drill)
+            except Exception:
+                log.exception("drill %s: could not record its end; `spotctl exercise-reclaim abort %s`",
+                              drill["id"], drill["id"])
+        raise
+
+
+def _run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callable[[dict], None],
+         max_seconds: float) -> dict:
     t_end = rt.now() + max_seconds
     last = None
     while True:
@@ -206,9 +239,14 @@ def run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callabl
             drill["abort_reason"] = drill["abort_reason"] or "time is up before every victim was handled"
             break
         tick()
-    drill["finished_at"] = rt.now()
     if drill["status"] == "running":
-        drill["status"] = "done"
+        drill["status"] = "done" if _done(rt, drill) else "timed-out"
+    return _finish(rt, drill)
+
+
+def _finish(rt: Runtime, drill: dict) -> dict:
+    """End a drill as it stands (its status set by the caller): saved, no longer active, scored, audited."""
+    drill["finished_at"] = rt.now()
     with rt.store.tx():
         _save(rt, drill)
         rt.store.set_value(ACTIVE_KEY, "", rt.now())
@@ -248,6 +286,10 @@ def report(rt: Runtime, drill_id: str) -> dict:
     rows = []
     checks = passed = 0
     for v in drill["victims"]:
+        if "reclaim_error" in v:  # the provider's reclaim API refused it: a failed check, not a skipped one
+            rows.append({"node": v["node"], "reclaim_error": v["reclaim_error"]})
+            checks += 1
+            continue
         if "reclaimed_at" not in v:
             rows.append({"node": v["node"], "skipped": "not reclaimed (drill stopped before its wave)"})
             continue
@@ -308,3 +350,33 @@ def _replacement_time(rt: Runtime, drill: dict, victim: dict, drained_at: float 
     t0 = victim["reclaimed_at"]
     times = [at - t0 for node, at in rt.store.activations_since(t0) if node != victim["node"]]
     return round(min(times), 1) if times else None
+
+
+def abort(rt: Runtime, drill_id: str, reason: str | None = None) -> dict:
+    """End a drill whose process died (``running`` without a live owner): aborted with its partial score,
+    audited. Refused while its owner process still runs on this host (Ctrl-C it instead)."""
+    drill = load(rt, drill_id)
+    if drill["status"] != "running":
+        raise RefusedError(f"drill {drill_id} is {drill['status']}, not running: nothing to abort")
+    owner = drill.get("owner") or {}
+    if owner.get("host") == socket.gethostname() and _alive(owner.get("pid")):
+        raise RefusedError(f"drill {drill_id} is still run by process {owner['pid']} on this host",
+                           hint="stop that process (Ctrl-C): the drill then ends aborted by itself")
+    why = reason or (f"its process ({owner.get('pid')} on {owner.get('host')}) is gone" if owner
+                     else "aborted by an operator")
+    drill.update(status="aborted", abort_reason=why[:300])
+    rt.store.audit(actor=rt.actor, action="drill.abort", target=drill["pool"], result="aborted",
+                   inputs={"drill": drill_id, "reason": why[:300], "owner": owner}, at=rt.now())
+    return _finish(rt, drill)
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -70,6 +70,7 @@ EVERY_COMMAND = {
     ("exercise-reclaim", "list"): (["exercise-reclaim", "list"], "ok", 0),
     ("exercise-reclaim", "status"): (["exercise-reclaim", "status", "nope"], "error", 5),
     ("exercise-reclaim", "report"): (["exercise-reclaim", "report", "nope"], "error", 5),
+    ("exercise-reclaim", "abort"): (["exercise-reclaim", "abort", "nope"], "error", 5),
     ("audit", "list"): (["audit", "list"], "ok", 0),
     ("audit", "show"): (["audit", "show", "999"], "error", 5),
     ("audit", "verify"): (["audit", "verify"], "ok", 0),

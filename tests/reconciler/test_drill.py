@@ -81,3 +81,57 @@ def test_a_drill_with_an_advisory_lead_advises_first_on_the_demo_region(make_rt)
     else:  # given back on the advisory alone: the hard notice's checks were not exercised, not "passed"
         assert v["notice"] is None and v["unchecked"] == ["delivery_latency", "notice_lead"]
         assert rep["checks"] == 3 and rep["score"] == 100.0
+
+
+def test_a_drill_stopped_by_ctrl_c_ends_aborted_with_its_partial_score_and_frees_the_region(make_rt):
+    """Issue 11, item 1: whatever stops a drill, it ends `aborted` (audited, scored), never `running` for good,
+    and the next drill in the region is not refused."""
+    rt, world = make_rt()
+    advance(rt, world, 900, step=60)
+    pool = busiest_pool(rt)
+    d = drill.start(rt, drill.select(rt, pool, count=2, percent=None, notice=150, advisory_lead=0))
+    ticks = []
+
+    def tick():
+        ticks.append(1)
+        if len(ticks) == 2:
+            raise KeyboardInterrupt
+        ticker(rt, world)()
+
+    with pytest.raises(KeyboardInterrupt):
+        drill.run(rt, d, tick=tick)
+    st = drill.status(rt, d["id"])
+    assert st["status"] == "aborted" and st["abort_reason"] == "interrupted"
+    fin = rt.store.audit_query(action="drill.finish")
+    assert fin and fin[-1]["result"] == "aborted" and fin[-1]["inputs"]["drill"] == d["id"]
+    assert drill.report(rt, d["id"])["status"] == "aborted"
+    drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=0)  # not refused
+
+
+def test_abort_ends_a_drill_whose_process_died_and_refuses_one_still_running(make_rt):
+    import subprocess
+    import sys
+
+    rt, world = make_rt()
+    advance(rt, world, 900, step=60)
+    pool = busiest_pool(rt)
+    d = drill.start(rt, drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=0))
+    # its owner is this (live) process: refused, the drill goes on
+    with pytest.raises(RefusedError, match="still run by process"):
+        drill.abort(rt, d["id"])
+    # the owner dies (kill -9 leaves the row as it was): the next drill is refused with the way out ...
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    saved = drill.load(rt, d["id"])
+    saved["owner"]["pid"] = dead.pid
+    drill._save(rt, saved)
+    with pytest.raises(RefusedError) as e:
+        drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=0)
+    assert f"exercise-reclaim abort {d['id']}" in (e.value.hint or "")
+    # ... which ends it aborted, audited, and frees the region
+    rep = drill.abort(rt, d["id"])
+    assert rep["status"] == "aborted" and "is gone" in rep["abort_reason"]
+    assert [r["result"] for r in rt.store.audit_query(action="drill.abort")] == ["aborted"]
+    with pytest.raises(RefusedError, match="not running"):
+        drill.abort(rt, d["id"])
+    drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=0)
