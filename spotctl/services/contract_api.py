@@ -749,12 +749,13 @@ def serve_region(region, world_factory, *, host: str | None = None, port: int | 
         raise _Terminated()
 
     old = signal.signal(signal.SIGTERM, on_term) if threading.current_thread() is threading.main_thread() else None
-    announce(f"serving region {region.name!r} (seed {world.seed}, {len(made)} instances) at {server.url}"
-             + (" (bearer token required)" if token else "") + "; Ctrl-C to stop")
     # how it stopped, as it happened: SIGTERM (a service manager), Ctrl-C / SIGINT (an operator), or the
     # server shutting itself down
     stopped = "shut down"
     try:
+        # announced inside the try: a Ctrl-C as soon as the URL is out is a clean stop too
+        announce(f"serving region {region.name!r} (seed {world.seed}, {len(made)} instances) at {server.url}"
+                 + (" (bearer token required)" if token else "") + "; Ctrl-C to stop")
         server.serve()
     except _Terminated:
         stopped = "terminated"
