@@ -58,6 +58,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    import signal
+
+    from spotctl.core.errors import Terminated
+
+    def on_term(signum, frame):  # a pass stops as after Ctrl-C: its row and intents are closed, exit 143
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_term)
     setup_logging(args.log_format, logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING)
     try:
         from spotctl.core.config import load_config
@@ -81,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     except SpotctlError as e:
         log.error("%s%s", e.message, f" (hint: {e.hint})" if e.hint else "")
         return int(e.exit_code)
-    except KeyboardInterrupt:
-        return int(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt as e:
+        term = isinstance(e, Terminated)
+        log.error("%s", "terminated (SIGTERM)" if term else "interrupted")
+        return int(ExitCode.TERMINATED if term else ExitCode.INTERRUPTED)
     summary = {
         "region": result.region, "status": result.status, "duration_s": round(result.duration_s, 3),
         "actions": len(result.plan.actions) if result.plan else 0,

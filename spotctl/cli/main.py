@@ -23,7 +23,7 @@ cloud, provider and schedulers): try `spotctl plan`, then `spotctl reconcile`.
 
 Output: a table on a terminal, JSON otherwise; -o json|yaml|table to choose.
 Exit codes: 0 ok, 1 unexpected, 2 usage, 3 config, 4 auth, 5 not found,
-6 refused, 7 partial, 8 backend unavailable, 9 state database, 130 interrupted.
+6 refused, 7 partial, 8 backend unavailable, 9 state database, 130 interrupted, 143 terminated (SIGTERM).
 """
 
 
@@ -109,9 +109,12 @@ class SpotctlGroup(TyperGroup):
         except SpotctlError as e:
             _report(ctx, e)
             raise typer.Exit(int(e.exit_code)) from None
-        except KeyboardInterrupt:
-            sys.stderr.write("spotctl: interrupted\n")
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except KeyboardInterrupt as e:
+            from spotctl.core.errors import Terminated
+
+            term = isinstance(e, Terminated)
+            sys.stderr.write(f"spotctl: {'terminated' if term else 'interrupted'}\n")
+            raise typer.Exit(int(ExitCode.TERMINATED if term else ExitCode.INTERRUPTED)) from None
         finally:
             obj = ctx.obj
             if isinstance(obj, AppState):
@@ -169,5 +172,13 @@ __all__ = ["COMMANDS", "app", "run", "state"]
 
 
 def run() -> None:
-    """Console entry point."""
+    """Console entry point. SIGTERM is handled like Ctrl-C (exit 143 with a line, every cleanup run)."""
+    import signal
+
+    from spotctl.core.errors import Terminated
+
+    def on_term(signum, frame):
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, on_term)
     app(prog_name="spotctl")

@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     UNAVAILABLE = 8
     STATE = 9
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 EXIT_CODE_HELP: dict[ExitCode, str] = {
@@ -42,7 +43,13 @@ EXIT_CODE_HELP: dict[ExitCode, str] = {
     ExitCode.UNAVAILABLE: "a backend (cloud, scheduler, feed) could not be reached",
     ExitCode.STATE: "the state database is unreadable or corrupt (nothing was changed)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C / SIGINT)",
+    ExitCode.TERMINATED: "terminated (SIGTERM): stopped as after Ctrl-C, nothing left half-done",
 }
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is (as Ctrl-C raises KeyboardInterrupt), so that every
+    ``finally`` and interrupt handler runs: pass rows, drills and temp directories are closed."""
 
 
 class SpotctlError(Exception):

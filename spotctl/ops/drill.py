@@ -205,7 +205,8 @@ def run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callabl
         return _run(rt, drill, tick=tick, progress=progress, max_seconds=max_seconds)
     except BaseException as e:
         if drill["status"] == "running":
-            why = "interrupted" if isinstance(e, KeyboardInterrupt) else (
+            why = ("terminated" if type(e).__name__ == "Terminated" else "interrupted") if isinstance(
+                e, KeyboardInterrupt) else (
                 f"error: {getattr(e, 'message', None) or e}" if isinstance(e, Exception) else type(e).__name__)
             drill.update(status="aborted", abort_reason=f"{why}"[:300])
             try:
