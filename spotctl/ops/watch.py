@@ -159,7 +159,9 @@ def watch(rt: Runtime, *, stop: threading.Event, wait: float = 20.0, max_batches
     cursor = rt.store.get_value(CURSOR_KEY)
     stats = {"batches": 0, "notices": 0, "handled": 0, "errors": 0, "cursor": cursor}
     backoff = 1.0
+    idle = 0.0  # a feed that answers "nothing new" at once (no long-poll) is asked less and less often
     while not stop.is_set():
+        t0 = time.monotonic()
         try:
             notices, nxt = stream.poll(cursor, wait)
             backoff = 1.0
@@ -195,4 +197,10 @@ def watch(rt: Runtime, *, stop: threading.Event, wait: float = 20.0, max_batches
         stats["batches"] += 1
         if max_batches is not None and stats["batches"] >= max_batches:
             break
+        if not notices and wait > 0 and time.monotonic() - t0 < wait / 2:
+            idle = min(max(idle * 2, 0.25), wait)  # it did not hold the poll: back off, up to one wait
+            stats["idle_waits"] = stats.get("idle_waits", 0) + 1
+            stop.wait(idle)
+        else:
+            idle = 0.0
     return stats

@@ -88,3 +88,24 @@ def test_a_late_notice_flips_its_pool_where_the_watcher_sees_it(make_rt):
     assert rt.store.get_value(f"contract:{node.pool}") == "degraded:notice"
     rec = [a for a in rt.store.audit_query(action="contract.degraded") if a["target"] == node.pool]
     assert rec and rec[0]["inputs"]["evidence"]["notice"]["evidence"]["last_late"]["why"][0].startswith("lead 60s")
+
+
+def test_a_feed_that_does_not_hold_the_long_poll_is_asked_with_a_growing_backoff(make_rt):
+    """Issue 11, item 7: a feed answering "nothing new" at once made the watcher poll in a tight loop (211
+    requests in 10 s). It now backs off (0.25 s, doubling, up to one wait) while nothing comes."""
+    rt, world = make_rt()
+    rt.contract = ProviderLog(world)  # answers at once, never holds the poll
+
+    class Stop(threading.Event):  # counts the pauses the watcher asks for instead of sleeping through them
+        def __init__(self):
+            super().__init__()
+            self.pauses = []
+
+        def wait(self, timeout=None):
+            self.pauses.append(timeout)
+            return self.is_set()
+
+    stop = Stop()
+    stats = fast.watch(rt, stop=stop, wait=5.0, max_batches=7)
+    assert stats["batches"] == 7 and stats["errors"] == 0
+    assert stop.pauses == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0], stop.pauses
