@@ -65,9 +65,8 @@ DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 CAPACITY_FAULTS = ("no valid host", "exceeded maximum number of retries", "insufficient", "not enough",
                    "quota exceeded")  # the last: Nova's quota recheck after scheduling
 BLAZAR_CACHE_SECONDS = 5.0
-# One polling interval for every bounded wait (scheduler verdict, ACTIVE, release). A wait never re-reads a
-# server it read less than one interval ago: a fresh read is reused, so waits that follow one another
-# (create → wait_active) keep one cadence instead of paying an extra GET at each hand-off.
+# One polling interval for the bounded waits of tests and operators (ACTIVE, release): a wait reads a server
+# at most once per interval (create_instance itself reads nothing: no pass waits).
 POLL_SECONDS = 0.2
 
 
@@ -603,10 +602,8 @@ class OpenStackCloud:
         """Wait until the instance is ACTIVE (``wait_active_seconds`` at most); ERROR or timeout raise."""
         bound = timeout if timeout is not None else self.options.wait_active_seconds
         deadline = time.monotonic() + bound
-        first = True
         while True:
-            inst = self._get_instance(instance_id, reuse_fresh=first)
-            first = False
+            inst = self._get_instance(instance_id)
             if inst is not None and inst.step:
                 inst = self.advance(inst)
             if inst is not None and inst.status == "ACTIVE":
@@ -647,14 +644,10 @@ class OpenStackCloud:
         self._seen.pop(instance_id, None)
         return time.monotonic() - t0
 
-    def _get_instance(self, instance_id: str, reuse_fresh: bool = False) -> Instance | None:
+    def _get_instance(self, instance_id: str) -> Instance | None:
         if instance_id.startswith((IRONIC_PREFIX, ALLOC_PREFIX)):
             return next((i for i in self._ironic_instances() if instance_id in (i.id, i.claim)), None)
-        seen = self._seen.get(instance_id) if reuse_fresh else None
-        if seen is not None and time.monotonic() - seen[0] < POLL_SECONDS:
-            s = seen[1]  # read less than one interval ago (create_instance's last poll): no second GET
-        else:
-            s = self._server(instance_id)
+        s = self._server(instance_id)
         if s is None or s.status in ("DELETED", "SOFT_DELETED"):
             return None
         return self._instance(s)

@@ -23,6 +23,15 @@ def busiest_pool(rt):
     return Counter(n.pool for n in rt.store.nodes(live_only=True) if n.state.value == "active").most_common(1)[0][0]
 
 
+def started(make_rt, count=1, advisory_lead=0):
+    """A demo region running for 15 minutes, and a drill started on its busiest pool."""
+    rt, world = make_rt()
+    advance(rt, world, 900, step=60)
+    pool = busiest_pool(rt)
+    d = drill.start(rt, drill.select(rt, pool, count=count, percent=None, notice=150, advisory_lead=advisory_lead))
+    return rt, world, pool, d
+
+
 def test_a_drill_end_to_end_is_scored(make_rt):
     rt, world = make_rt()
     advance(rt, world, 900, step=60)
@@ -64,10 +73,7 @@ def test_guardrails(make_rt):
 
 def test_a_drill_with_an_advisory_lead_advises_first_on_the_demo_region(make_rt):
     """--advisory-lead reaches the provider: an advisory per victim now, its hard notice later."""
-    rt, world = make_rt()
-    advance(rt, world, 900, step=60)
-    pool = busiest_pool(rt)
-    d = drill.start(rt, drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=300))
+    rt, world, pool, d = started(make_rt, advisory_lead=300)
     rep = drill.run(rt, d, tick=ticker(rt, world))
     (victim,) = d["victims"]
     kinds = {n["kind"]: n for n in rt.store.notices() if n["instance_id"] == victim["instance_id"]}
@@ -86,10 +92,7 @@ def test_a_drill_with_an_advisory_lead_advises_first_on_the_demo_region(make_rt)
 def test_a_drill_stopped_by_ctrl_c_ends_aborted_with_its_partial_score_and_frees_the_region(make_rt):
     """Issue 11, item 1: whatever stops a drill, it ends `aborted` (audited, scored), never `running` for good,
     and the next drill in the region is not refused."""
-    rt, world = make_rt()
-    advance(rt, world, 900, step=60)
-    pool = busiest_pool(rt)
-    d = drill.start(rt, drill.select(rt, pool, count=2, percent=None, notice=150, advisory_lead=0))
+    rt, world, pool, d = started(make_rt, count=2)
     ticks = []
 
     def tick():
@@ -112,10 +115,7 @@ def test_abort_ends_a_drill_whose_process_died_and_refuses_one_still_running(mak
     import subprocess
     import sys
 
-    rt, world = make_rt()
-    advance(rt, world, 900, step=60)
-    pool = busiest_pool(rt)
-    d = drill.start(rt, drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=0))
+    rt, world, pool, d = started(make_rt)
     # its owner is this (live) process: refused, the drill goes on
     with pytest.raises(RefusedError, match="still run by process"):
         drill.abort(rt, d["id"])
