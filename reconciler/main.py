@@ -1,7 +1,8 @@
 """spot-reconciler: one reconcile pass per invocation (the systemd timer's job).
 
 Exit codes are the ones spotctl uses: 0 ok (or skipped: another pass holds the
-lock), 3 config, 5 unknown region, 7 partial, 8 backend unavailable, 9 state.
+lock), 2 usage, 3 config, 5 unknown region, 7 partial, 8 backend unavailable, 9 state,
+10 the metrics file could not be written.
 """
 
 from __future__ import annotations
@@ -34,6 +35,34 @@ def setup_logging(fmt: str, level: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [h]
     root.setLevel(level)
+    from spotctl.wiring import quiet_libraries
+
+    quiet_libraries(level)
+
+
+def _seconds(text: str) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:60]!r}") from None
+    if not math.isfinite(v) or not 0 < v <= 300:
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= 300 seconds, got {text[:60]!r}")
+    return v
+
+
+def _check_metrics_file(path: str) -> str | None:
+    """Why ``--metrics-file`` cannot be written (checked before the pass, so a pass is not run for nothing)."""
+    target = os.path.abspath(path)
+    parent = os.path.dirname(target)
+    if os.path.isdir(target):
+        return f"--metrics-file {path} is a directory"
+    if not os.path.isdir(parent):
+        return f"--metrics-file {path}: directory {parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--metrics-file {path}: directory {parent} is not writable"
+    return None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -41,11 +70,12 @@ def parser() -> argparse.ArgumentParser:
         prog="spot-reconciler",
         description="Run one spotctl reconcile pass for a region (for a systemd timer), or, with `watch`, "
                     "long-poll the provider's notices and handle each at once (a long-running service).",
-        epilog="Exit status: 0 ok or skipped, 3 config, 5 unknown region, 7 partial, 8 backend unavailable, "
-               "9 state database, 1 unexpected.")
+        epilog="Exit status: 0 ok or skipped, 2 usage, 3 config, 5 unknown region, 7 partial, "
+               "8 backend unavailable, 9 state database, 10 metrics file not written, 1 unexpected, "
+               "130 interrupted, 143 terminated.")
     p.add_argument("mode", nargs="?", choices=("pass", "watch"), default="pass",
                    help="pass (default): one reconcile pass; watch: the notice fast path, until SIGTERM")
-    p.add_argument("--wait", type=float, default=20.0, help="watch: long-poll seconds per request (default 20)")
+    p.add_argument("--wait", type=_seconds, default=20.0, help="watch: long-poll seconds per request (default 20)")
     p.add_argument("--region", "-r", default=os.environ.get("SPOTCTL_REGION"), help="region (default: config default)")
     p.add_argument("--config", help="config file (same as SPOTCTL_CONFIG)")
     p.add_argument("--state-dir", help="state directory (default: $XDG_STATE_HOME/spotctl)")
@@ -67,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     setup_logging(args.log_format, logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING)
+    if args.metrics_file and (why := _check_metrics_file(args.metrics_file)):
+        log.error("%s", why)
+        return int(ExitCode.USAGE)
     try:
         from spotctl.core.config import load_config
         from spotctl.ops.reconcile import run_pass
@@ -93,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         term = isinstance(e, Terminated)
         log.error("%s", "terminated (SIGTERM)" if term else "interrupted")
         return int(ExitCode.TERMINATED if term else ExitCode.INTERRUPTED)
+    except Exception as e:  # a bug: one line; the traceback with -vv
+        log.error("internal error: %s: %s (a bug: run with -vv for the traceback, and report it)",
+                  type(e).__name__, str(e)[:200], exc_info=args.verbose > 1)
+        return int(ExitCode.UNEXPECTED)
     summary = {
         "region": result.region, "status": result.status, "duration_s": round(result.duration_s, 3),
         "actions": len(result.plan.actions) if result.plan else 0,
@@ -100,9 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_used": result.tokens_used, "tokens_left": round(result.tokens_left, 3),
         "degraded": sorted(result.degraded),
     }
-    print(json.dumps(summary))
+    try:
+        print(json.dumps(summary), flush=True)
+    except BrokenPipeError:
+        pass
     if args.metrics_file:
-        write_metrics(args.metrics_file, result)
+        try:
+            write_metrics(args.metrics_file, result)
+        except OSError as e:
+            log.error("the pass ran (%s) but --metrics-file %s could not be written: %s", result.status,
+                      args.metrics_file, e.strerror or e)
+            return int(ExitCode.OUTPUT)
     if result.auth_failed:
         log.error("%s refused our credentials", ", ".join(result.auth_failed))
         return int(ExitCode.AUTH)

@@ -7,6 +7,7 @@ them lazily so that ``--help`` never pays for an SDK.
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -15,6 +16,18 @@ from spotctl.core.errors import ConfigError
 from spotctl.core.ports import Clock, SystemClock
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
+log = logging.getLogger(__name__)
+
+
+def quiet_libraries(level: int) -> None:
+    """Libraries that log their own errors for what spotctl reports itself (kafka-python logs every failed
+    connect attempt at ERROR while the relay says once that the broker is unreachable): their lines show
+    from -v on (warnings) and -vv (everything), not at the default level."""
+    import logging
+
+    lib_level = logging.CRITICAL if level >= logging.WARNING else logging.WARNING if level == logging.INFO else level
+    for name in ("kafka", "urllib3", "keystoneauth", "openstack", "stevedore"):
+        logging.getLogger(name).setLevel(lib_level)
 
 
 def state_path(config: Config, region: str) -> Path:
@@ -33,6 +46,8 @@ def build_runtime(config: Config, region_name: str | None = None, *, clock: Cloc
     path = state_path(config, region.name)
     store = Store.open(path, region.name)  # creates the state directory the simulator also uses
     try:
+        if store.created:  # outside any transaction: a slow audit service delays nothing but this check
+            warn_if_audit_has_history(region, path)
         cloud, contract, schedulers, concurrent, world = _ports(region, path, clock)
     except BaseException:
         store.close()
@@ -58,6 +73,43 @@ def outlets(region: RegionConfig) -> dict:
     return {name: _adapter(region, name) for name in ("kafka", "audit") if region.section(name) is not None}
 
 
+def warn_if_audit_has_history(region: RegionConfig, path: Path, *, timeout_seconds: float = 2.0) -> dict | None:
+    """A new state database was just created for ``region``: if its audit service already holds records
+    for the region, the region's history is somewhere else (a deleted, moved or lost state database) —
+    say so on stderr, once, with the count and the newest record. Says nothing when the region has no
+    ``[audit]`` or the service cannot be asked (unreachable, refused, misconfigured): it never blocks."""
+    if region.section("audit") is None:
+        return None
+    from spotctl.core.errors import SpotctlError
+    from spotctl.ops.audit import service_history
+
+    try:
+        client = _adapter(region, "audit")
+    except SpotctlError:
+        return None  # a bad [audit] table is reported where the relay uses it
+    client.timeout_seconds = min(client.timeout_seconds, timeout_seconds)
+    try:
+        found = service_history(client, region.name, budget_seconds=2 * timeout_seconds)
+    except SpotctlError as e:
+        log.debug("audit service not asked about earlier records: %s", e.message)
+        return None
+    except (ValueError, TypeError, AttributeError, KeyError) as e:  # a malformed answer: not worth a failure here
+        log.debug("audit service answer about earlier records unreadable: %s", e)
+        return None
+    finally:
+        client.close()
+    if found is None:
+        return None
+    head = found["head"]
+    newest = " ".join(str(head[k])[:64] for k in ("id", "action", "target") if head.get(k))
+    log.warning("new state database %s for region %r, but the audit service %s already holds %s%d records for "
+                "this region%s: the region's history is not in this file; if its state database was deleted, "
+                "moved or lost, stop and restore it from a backup (`spotctl audit verify` then checks both)",
+                path, region.name, client.url, "" if found["complete"] else "at least ", found["count"],
+                f" (the newest: {newest})" if newest else "")
+    return found
+
+
 def _ports(region: RegionConfig, path: Path, clock: Clock):
     """Cloud, contract feed and schedulers for a region.
 
@@ -70,7 +122,8 @@ def _ports(region: RegionConfig, path: Path, clock: Clock):
     if region.backend == "sim":
         from spotctl.sim.world import SimWorld
 
-        world = SimWorld.open(path.with_suffix(".sim.db"), region, clock.now())
+        # read-only until the region lock is taken (Runtime.lock): every change to the world happens under it
+        world = SimWorld.shared(path.with_suffix(".sim.db"), region, clock.now())
         cloud, contract = world.cloud, world.contract
         concurrent = False
     else:

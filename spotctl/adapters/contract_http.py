@@ -31,6 +31,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+from spotctl.core import deadline
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import (
     AuthError,
@@ -69,6 +70,7 @@ class ContractFeed:
     """The contract API client for one region."""
 
     provides_notices = True
+    remote = True  # its calls cross the network: a pass reads it in a thread, under its observe deadline
 
     def __init__(self, url: str, *, token: str | None = None, timeout: float = 10.0, session=None):
         if not url.startswith(("http://", "https://")):
@@ -77,8 +79,9 @@ class ContractFeed:
         self._token = token
         self.timeout = float(timeout)
         self._session = session
-        self.etag: str | None = None
-        self.card: RateCard | None = None
+        # (ETag, card): one value, replaced whole, so that a read a pass stopped waiting for (it ends in
+        # its own thread, see ops.observe) can never pair one card's ETag with another card
+        self._cached: tuple[str | None, RateCard] | None = None
         self.rejected = 0  # malformed notices skipped
 
     @classmethod
@@ -108,14 +111,26 @@ class ContractFeed:
 
     # --- ContractPort ------------------------------------------------------------------
 
+    @property
+    def etag(self) -> str | None:
+        return self._cached[0] if self._cached else None
+
+    @property
+    def card(self) -> RateCard | None:
+        return self._cached[1] if self._cached else None
+
     def rate_card(self) -> RateCard:
-        headers = {"If-None-Match": self.etag} if self.etag and self.card is not None else {}
+        cached = self._cached
+        headers = {"If-None-Match": cached[0]} if cached and cached[0] else {}
         resp = self._request("GET", "/v1/rate-card", headers=headers, ok=(200, 304))
+        if resp.status_code == 304 and cached:
+            return self._copy(cached[1])
         if resp.status_code == 304:
-            return self._copy(self.card)
+            raise UnavailableError(f"contract feed {self.url}: GET /v1/rate-card answered 304 to a request "
+                                   "that named no ETag")
         body = self._json(resp)
         card = self._parse_card(body)
-        self.card, self.etag = card, resp.headers.get("ETag")
+        self._cached = (resp.headers.get("ETag"), card)
         return self._copy(card)
 
     def notices(self) -> list[Notice]:
@@ -285,11 +300,12 @@ class ContractFeed:
 
         url = self.url + path
         what = f"contract feed {method} {path}"
+        timeout = deadline.bounded(timeout or self.timeout)  # inside a pass's observe: no longer than the time left
         try:
             resp = self._sess().request(method, url, params=params, json=json, headers=headers,
-                                        timeout=timeout or self.timeout, allow_redirects=False)
+                                        timeout=timeout, allow_redirects=False)
         except requests.Timeout:
-            raise TemporaryError(f"{what}: no answer from {self.url} within {timeout or self.timeout:g} s") from None
+            raise TemporaryError(f"{what}: no answer from {self.url} within {timeout:.3g} s") from None
         except requests.ConnectionError as e:
             if _refused(e):
                 raise UnavailableError(f"{what}: connection to {self.url} refused",

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from spotctl import __version__
+from spotctl.core import deadline
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import (
     AuthError,
@@ -451,8 +452,9 @@ class Api:
         data = None if body is None else json.dumps(body)
         headers = self._headers({"Content-Type": content_type} if data is not None else None)
         try:
+            t = deadline.bounded(self.timeout)  # inside a pass's observe: no longer than the time left
             r = self.session.request(method, self.base + path, params=params, data=data, headers=headers,
-                                     timeout=(min(self.timeout, 5.0), self.timeout))
+                                     timeout=(min(t, 5.0), t))
         except requests.exceptions.Timeout:
             raise TemporaryError(f"Kubernetes API {self.base} timed out on {method} {path}") from None
         except requests.exceptions.SSLError as e:
@@ -668,6 +670,8 @@ def in_cluster(sa_dir: str = SERVICEACCOUNT_DIR, env: dict | None = None) -> Con
 
 class KubernetesScheduler:
     """The Kubernetes scheduler port over the Kubernetes API."""
+
+    remote = True  # its calls cross the network: a pass reads it in a thread, under its observe deadline
 
     name = "kubernetes"
 

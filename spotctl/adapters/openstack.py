@@ -184,6 +184,8 @@ def _message(exc: BaseException) -> str:
 class OpenStackCloud:
     """The :class:`~spotctl.core.ports.CloudPort` of a real OpenStack region."""
 
+    remote = True  # its calls cross the network: a pass reads it in a thread, under its observe deadline
+
     def __init__(self, region: RegionConfig, cloud: str, options: Options, *, connect: bool = True):
         self.region = region
         self.cloud_name = cloud

@@ -50,6 +50,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from spotctl.core import deadline
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import (
     AuthError,
@@ -238,6 +239,8 @@ class _Token:
 class SlurmScheduler:
     """A :class:`~spotctl.core.ports.SchedulerPort` backed by slurmrestd (and ``scontrol`` where needed)."""
 
+    remote = True  # its calls cross the network: a pass reads it in a thread, under its observe deadline
+
     name = "slurm"
 
     def __init__(self, url: str, user: str, token: _Token, *, api_version: str | None = None,
@@ -358,7 +361,7 @@ class SlurmScheduler:
         headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": token}
         url = f"{self.url}{path}"
         what = what or f"{method} {path}"
-        t = timeout or self.timeout
+        t = deadline.bounded(timeout or self.timeout)  # inside a pass's observe: no longer than the time left
         try:
             r = self._http().request(method, url, headers=headers, json=json_body, timeout=(min(t, 5.0), t))
         except requests.exceptions.SSLError as e:

@@ -24,8 +24,19 @@ Use the global --region to choose the region.""")
 StateDb = Annotated[Optional[str], typer.Option(
     "--state-db", help="Read this state database (e.g. one kept by `simulate --keep-state`) instead of the region's.",
     show_default=False)]
+def _check_since(value: str | None) -> str | None:
+    """--since is read where it enters, before any state is opened (the command reads it again)."""
+    if value is not None:
+        import time
+
+        from spotctl.ops.audit import parse_since
+
+        parse_since(value, time.time())
+    return value
+
+
 Since = Annotated[Optional[str], typer.Option(
-    "--since", help="Only records from this time: a duration ago (30m, 2h, 7d), ISO 8601 or epoch seconds.",
+    "--since", callback=_check_since, help="Only records from this time: a duration ago (30m, 2h, 7d), ISO 8601 or epoch seconds.",
     show_default=False)]
 Actor = Annotated[Optional[str], typer.Option("--actor", help="Only records by this actor.", show_default=False)]
 Action = Annotated[Optional[str], typer.Option(
@@ -59,7 +70,8 @@ def _now() -> float:
 
 @app.command("list")
 def list_(ctx: typer.Context, since: Since = None, actor: Actor = None, action: Action = None, node: NodeOpt = None,
-          limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="Only the newest N matching records.",
+          limit: Annotated[Optional[int], typer.Option("--limit", "-n", min=1, max=10_000_000,
+                                                       help="Only the newest N matching records.",
                                                        show_default=False)] = None,
           state_db: StateDb = None) -> None:
     """List audit records, oldest first, with the filters given.

@@ -9,6 +9,17 @@ from dataclasses import dataclass, field
 import typer
 
 
+class LibraryFormatter:
+    """``spotctl: LEVEL: message``; a library's own line names the library (``spotctl: warning: kafka: …``)."""
+
+    def format(self, record) -> str:
+        msg = record.getMessage()
+        top = record.name.split(".", 1)[0]
+        if top not in ("spotctl", "root", "spot-reconciler"):
+            msg = f"{top}: {msg}"
+        return f"spotctl: {record.levelname.lower()}: {msg}"
+
+
 @dataclass
 class AppState:
     output: str | None = None
@@ -39,10 +50,13 @@ class AppState:
         root = logging.getLogger()
         if not any(getattr(h, "_spotctl", False) for h in root.handlers):
             h = logging.StreamHandler(sys.stderr)
-            h.setFormatter(logging.Formatter("spotctl: %(levelname)s: %(message)s"))
+            h.setFormatter(LibraryFormatter())
             h._spotctl = True  # type: ignore[attr-defined]
             root.addHandler(h)
         root.setLevel(level)
+        from spotctl.wiring import quiet_libraries
+
+        quiet_libraries(level)
 
     def config(self):
         if self._config is None:
@@ -59,10 +73,12 @@ class AppState:
 
     def fmt(self) -> str:
         """table | json | yaml: flags > SPOTCTL_OUTPUT > config file > table on a TTY, JSON otherwise."""
-        out = self.output or os.environ.get("SPOTCTL_OUTPUT")
+        out = (self.output or os.environ.get("SPOTCTL_OUTPUT") or "").lower()
         if not out and self._config is not None:
             out = self._config.output
-        if not out or out == "auto":
+        if out not in ("table", "json", "yaml"):  # auto, or a bad value the config load refuses
+            out = "auto"
+        if out == "auto":
             return "table" if sys.stdout.isatty() else "json"
         return out
 
@@ -70,7 +86,10 @@ class AppState:
         if self._runtime is None:
             from spotctl.wiring import build_runtime
 
+            from .waiting import LockSpinner
+
             self._runtime = build_runtime(self.config(), self.region, progress=self.progress)
+            self._runtime.lock_wait = LockSpinner(self)  # a wait for the region lock shows on stderr
             self.cleanups.append(self._runtime.store.close)
         return self._runtime
 

@@ -62,7 +62,7 @@ def _opt_line(p) -> tuple[str, str]:
         return p.name.upper(), ""
     names = ", ".join(p.opts + p.secondary_opts)
     if not getattr(p, "is_flag", False) and not getattr(p, "count", False):
-        names += f" {p.name.upper()}"
+        names += f" {getattr(p, 'metavar', None) or p.name.upper()}"
     return names, (getattr(p, "help", "") or "")
 
 

@@ -9,6 +9,8 @@ import typer
 
 from . import render
 from .context import state
+from .options import MAX_REASON, finite, text
+from .waiting import WAIT_DEFAULT, wait_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)
 drill_app = typer.Typer(rich_markup_mode=None, add_completion=False, invoke_without_command=True, no_args_is_help=False,
@@ -20,20 +22,28 @@ app.add_typer(drill_app, name="exercise-reclaim")
 def exercise_reclaim(
     ctx: typer.Context,
     pool: Annotated[Optional[str], typer.Option("--pool", "-p", help="Pool to drill.")] = None,
-    count: Annotated[Optional[int], typer.Option("--count", "-n", help="Number of nodes to reclaim.")] = None,
-    percent: Annotated[Optional[float], typer.Option("--percent", help="Share of the pool's nodes to reclaim.")] = None,
-    notice: Annotated[int, typer.Option("--notice", help="Hard-notice lead in seconds (>= 120).")] = 120,
-    advisory_lead: Annotated[int, typer.Option("--advisory-lead", help="Advisory this many seconds before the notice.")] = 0,
+    count: Annotated[Optional[int], typer.Option(
+        "--count", "-n", min=1, max=10_000, help="Number of nodes to reclaim.")] = None,
+    percent: Annotated[Optional[float], typer.Option(
+        "--percent", callback=finite(gt=0, hi=100), help="Share of the pool's nodes to reclaim.")] = None,
+    notice: Annotated[int, typer.Option(
+        "--notice", min=120, max=86400, help="Hard-notice lead in seconds (120-86400, the API's range).")] = 120,
+    advisory_lead: Annotated[int, typer.Option(
+        "--advisory-lead", min=0, max=7 * 86400, help="Advisory this many seconds before the notice.")] = 0,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the victims and the guardrails; reclaim nothing.")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-    interval: Annotated[float, typer.Option("--interval", help="Seconds between the drill's reconcile passes.")] = 2.0,
+    interval: Annotated[float, typer.Option(
+        "--interval", callback=finite(gt=0, hi=3600), help="Seconds between the drill's reconcile passes.")] = 2.0,
+    wait: Annotated[float, wait_option("the drill ends aborted")] = WAIT_DEFAULT,
 ) -> None:
     """Reclaim some spot nodes of a pool through the provider's reclaim API, handle it, and score it.
 
     Guardrails: at most policy.drill_max_pool_pct of the pool, one drill per
     region at a time, budgeted API calls (drill class), waves that stop when
     demand served drops or a notice arrives late. Asks for confirmation unless
-    --yes. Sub-commands: list, status DRILL, report DRILL, abort DRILL.
+    --yes. Each wave's reclaim waits for the region lock while a pass holds it
+    (--wait, default 30 s). Sub-commands: list, status DRILL, report DRILL,
+    abort DRILL.
 
     Example: spotctl exercise-reclaim --pool gp-rsv-az2 --count 2 --yes
     """
@@ -60,7 +70,7 @@ def exercise_reclaim(
     show = _Progress(st)
     import time
 
-    rep = ops.run(rt, d, tick=lambda: time.sleep(interval), progress=show)
+    rep = ops.run(rt, d, tick=lambda: time.sleep(interval), progress=show, wait=wait)
     show.done()
     render.emit(st.fmt(), "exercise-reclaim", rep, table=_report_table)
 
@@ -92,7 +102,8 @@ def drill_status(ctx: typer.Context, drill_id: Annotated[str, typer.Argument(hel
 
 @drill_app.command("abort")
 def drill_abort(ctx: typer.Context, drill_id: Annotated[str, typer.Argument(help="Drill id.")],
-                reason: Annotated[Optional[str], typer.Option("--reason", help="Why (audited).")] = None) -> None:
+                reason: Annotated[Optional[str], typer.Option(
+                    "--reason", callback=text(MAX_REASON), help="Why (audited).")] = None) -> None:
     """End a drill whose process died: it is marked aborted with its partial score, audited, and the
     region takes a new drill again. Refused while the drill's process still runs on this host (Ctrl-C it:
     it then ends aborted by itself).

@@ -10,6 +10,7 @@ from spotctl.core.errors import ExitCode
 
 from . import render
 from .context import state
+from .waiting import WAIT_DEFAULT, wait_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)
 
@@ -20,19 +21,21 @@ def launch(
     pool: Annotated[str, typer.Option("--pool", "-p", help="Pool to launch in (see `spotctl status`).")],
     count: Annotated[int, typer.Option("--count", "-n", min=1, max=500, help="Number of nodes (1-500).")] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check headroom, limits and budget; launch nothing.")] = False,
+    wait: Annotated[float, wait_option()] = WAIT_DEFAULT,
 ) -> None:
     """Launch spot nodes in a pool now, as an operator action.
 
     Goes through the same token budget (operator class), intents, audit
     records and lifecycle events as the reconciler. Refused (exit 6) when the
     pool lacks headroom, is at its limit, or the budget cannot cover it.
+    While a pass holds the region lock, waits for it (--wait, default 30 s).
 
     Example: spotctl launch --pool gp-az1 --count 2
     """
     st = state(ctx)
     from spotctl.ops.operator import launch as do_launch
 
-    out, facts = do_launch(st.runtime(), pool, count, dry_run=dry_run)
+    out, facts = do_launch(st.runtime(), pool, count, dry_run=dry_run, wait=wait)
     data = {**facts, "dry_run": dry_run, "outcome": out.to_dict() if out else None}
     code = ExitCode.OK if out is None or out.status == "ok" else (
         ExitCode.PARTIAL if out.done else ExitCode.REFUSED)

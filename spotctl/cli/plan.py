@@ -54,13 +54,17 @@ def plan(
     result, degraded, auth_failed = ops.show_plan(st.runtime())
     data = result.to_dict(explain=explain)
     data["degraded"] = degraded
-    code = ExitCode.AUTH if auth_failed else ExitCode.OK
+    # a source not read (down, or past the observe deadline) makes the plan partial, as it makes a pass
+    code = ExitCode.AUTH if auth_failed else ExitCode.PARTIAL if degraded else ExitCode.OK
     errors = [{"code": "auth", "message": f"{s}: {degraded[s]}"} for s in auth_failed]
-    render.emit(st.fmt(), "plan", data, status="auth-failed" if auth_failed else "ok", exit_code=code,
-                errors=errors, table=lambda c, d: _table(c, d, explain))
-    if auth_failed:
-        for e in errors:
+    errors += [{"code": "partial", "message": f"{s}: {why}"} for s, why in degraded.items() if s not in auth_failed]
+    status = "auth-failed" if auth_failed else "partial" if degraded else "ok"
+    render.emit(st.fmt(), "plan", data, status=status, exit_code=code, errors=errors,
+                table=lambda c, d: _table(c, d, explain))
+    for e in errors:
+        if e["code"] == "auth":
             render.error(e["message"])
+    if code != ExitCode.OK:
         raise typer.Exit(int(code))
 
 

@@ -10,6 +10,7 @@ from spotctl.core.errors import ExitCode
 
 from . import render
 from .context import state
+from .waiting import WAIT_DEFAULT, wait_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)
 
@@ -20,19 +21,21 @@ STATUS_EXIT = {"ok": ExitCode.OK, "skipped": ExitCode.OK, "dry-run": ExitCode.OK
 def reconcile(
     ctx: typer.Context,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Observe and plan, but act on nothing.")] = False,
+    wait: Annotated[float, wait_option('the pass is skipped (exit 0, status "skipped")')] = WAIT_DEFAULT,
 ) -> None:
     """Run one reconcile pass now: observe, plan, act under the token budget, persist.
 
     The same pass the spot-reconciler timer runs. Progress goes to stderr.
-    Exit 7 when a source was unavailable or a step failed; 0 with status
-    "skipped" when another pass holds the region lock.
+    Exit 7 when a source was unavailable or a step failed. When another pass
+    holds the region lock, waits for it (--wait, default 30 s), then skips:
+    exit 0 with status "skipped" (the timer never waits: it skips at once).
 
     Example: spotctl reconcile --dry-run -o json
     """
     st = state(ctx)
     from spotctl.ops.reconcile import run_pass
 
-    result = run_pass(st.runtime(), dry_run=dry_run)
+    result = run_pass(st.runtime(), dry_run=dry_run, wait=wait)
     code = STATUS_EXIT.get(result.status, ExitCode.PARTIAL)
     errors = [{"code": "auth", "message": f"{s}: {result.degraded[s]}"} for s in result.auth_failed]
     if errors:  # the pass did what it could; a refused credential needs a human

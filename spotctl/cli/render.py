@@ -54,7 +54,12 @@ def console(stderr: bool = False):
                    force_terminal=None if stream.isatty() else False, width=None if stream.isatty() else 160)
 
 
+MAX_MESSAGE = 1000  # characters of an error line: echoed input is cut, never a 100 KB line on stderr
+
+
 def error(message: str, hint: str | None = None) -> None:
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + f"… ({len(message) - MAX_MESSAGE} more characters)"
     sys.stderr.write(f"spotctl: error: {message}\n")
     if hint:
         sys.stderr.write(f"spotctl: hint: {hint}\n")

@@ -8,6 +8,8 @@ import typer
 
 from . import render
 from .context import state
+from .options import host as host_check
+from .options import url as url_check
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)
 sim_app = typer.Typer(rich_markup_mode=None, add_completion=False, help="The region's simulator, served over HTTP as the provider contract API.",
@@ -22,7 +24,7 @@ def serve(
         "--port", "-p", min=0, max=65535, show_default=False,
         help="TCP port (default: the port of the region's [contract] url, else 8787; 0 = any free port).")] = None,
     host: Annotated[Optional[str], typer.Option(
-        "--host", show_default=False,
+        "--host", show_default=False, callback=host_check,
         help="Address to listen on (default 127.0.0.1). A non-loopback address is only used when given here.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", "-s", help="World seed (default: the region's seed).")] = None,
     token: Annotated[Optional[str], typer.Option(
@@ -57,7 +59,7 @@ def serve(
 def status(
     ctx: typer.Context,
     url: Annotated[Optional[str], typer.Option(
-        "--url", show_default=False,
+        "--url", show_default=False, callback=url_check,
         help="Base URL of the running server (default: the region's [contract] url, else http://127.0.0.1:8787).")] = None,
     token: Annotated[Optional[str], typer.Option(
         "--token", envvar="SPOTCTL_SIM_TOKEN", show_envvar=True, show_default=False,

@@ -8,6 +8,7 @@ import typer
 
 from . import render
 from .context import state
+from .options import finite
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)
 
@@ -15,9 +16,11 @@ app = typer.Typer(rich_markup_mode=None, add_completion=False)
 @app.command()
 def simulate(
     ctx: typer.Context,
-    hours: Annotated[float, typer.Option("--hours", "-H", help="Simulated hours to replay (max 336).")] = 24.0,
+    hours: Annotated[float, typer.Option(
+        "--hours", "-H", callback=finite(gt=0, hi=336), help="Simulated hours to replay (max 336).")] = 24.0,
     seed: Annotated[Optional[int], typer.Option("--seed", "-s", help="World seed (default: the region's seed).")] = None,
-    interval: Annotated[int, typer.Option("--interval", help="Seconds between reconcile passes, as the timer would.")] = 60,
+    interval: Annotated[int, typer.Option(
+        "--interval", min=1, max=86400, help="Seconds between reconcile passes, as the timer would.")] = 60,
     keep_state: Annotated[Optional[str], typer.Option(
         "--keep-state", help="Keep the simulation's state database in this directory (for `audit` and inspection).")] = None,
 ) -> None:

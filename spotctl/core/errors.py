@@ -27,7 +27,9 @@ class ExitCode(IntEnum):
     PARTIAL = 7
     UNAVAILABLE = 8
     STATE = 9
+    OUTPUT = 10
     INTERRUPTED = 130
+    PIPE = 141
     TERMINATED = 143
 
 
@@ -41,8 +43,11 @@ EXIT_CODE_HELP: dict[ExitCode, str] = {
     ExitCode.REFUSED: "refused: a guardrail, limit, budget or conflicting state forbids it",
     ExitCode.PARTIAL: "partial: the pass ran but some steps failed or a source was unavailable",
     ExitCode.UNAVAILABLE: "a backend (cloud, scheduler, feed) could not be reached",
-    ExitCode.STATE: "the state database is unreadable or corrupt (nothing was changed)",
+    ExitCode.STATE: "the state database is unreadable, corrupt, read-only, or was deleted or replaced while "
+                    "in use (nothing was changed)",
+    ExitCode.OUTPUT: "standard output could not be written (closed, or the disk is full)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C / SIGINT)",
+    ExitCode.PIPE: "the reader of the output went away (e.g. `| head`): stopped quietly, as on SIGPIPE",
     ExitCode.TERMINATED: "terminated (SIGTERM): stopped as after Ctrl-C, nothing left half-done",
 }
 

@@ -7,6 +7,12 @@ choose which, through ``spotctl.wiring``.
 Errors: implementations raise :mod:`spotctl.core.errors` types only —
 ``CapacityError`` (no room in that pool: NoValidHost, quota), ``TemporaryError``
 (retry later), ``UnavailableError`` (backend down), ``AuthError``.
+
+Remote ports: an implementation whose calls cross the network sets the class
+attribute ``remote = True`` (not a protocol member: in-process ports leave it
+out). A pass reads such a port in its own thread under the observe deadline
+even where the runtime reads the simulator's in-process ports inline
+(``ops.observe``), and bounds its requests with :func:`spotctl.core.deadline.bounded`.
 """
 
 from __future__ import annotations
@@ -177,3 +183,10 @@ class Simulation(Protocol):
     def advance(self, to: float) -> None: ...
 
     def report(self) -> dict: ...
+
+    def acquire(self, now: float) -> None:
+        """The region lock was just taken: bring the world up to its newest saved state, at ``now``;
+        changes are saved from here on. Every change to a shared world is made under that lock."""
+
+    def release(self) -> None:
+        """The region lock is about to be released: read-only again (everything is saved already)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -33,6 +34,11 @@ class AuditService(Protocol):
     def records(self, region: str | None = None) -> Iterator[dict]: ...
 
 
+def _cut(text: str, limit: int = 60) -> str:
+    r = repr(text)
+    return r if len(r) <= limit else r[: limit - 1] + "…'"
+
+
 def parse_since(text: str | None, now: float) -> float | None:
     """``2h``/``30m``/``7d`` ago, an ISO 8601 time (UTC unless it says otherwise), or epoch seconds."""
     if not text:
@@ -42,13 +48,18 @@ def parse_since(text: str | None, now: float) -> float | None:
     if m:
         return now - float(m.group(1)) * _UNIT[m.group(2)]
     try:
-        return float(t)
+        value = float(t)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(value) or not 0 <= value <= 32503680000:  # 1970 .. 3000
+            raise UsageError(f"--since: {_cut(text)} is not a time",
+                             hint="epoch seconds between 0 and 32503680000, a duration (30m, 2h, 7d) or ISO 8601")
+        return value
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"--since: cannot read {text!r}",
+        raise UsageError(f"--since: cannot read {_cut(text)}",
                          hint="use a duration (30m, 2h, 7d), an ISO 8601 time or epoch seconds") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
@@ -128,6 +139,26 @@ def _against_service(store: Store, service: AuditService, local: dict[str, str])
     return {"url": service.url, "ok": not missing and not mismatched, "checked": len(local) - pending,
             "pending": pending, "missing": missing[:20], "missing_count": len(missing),
             "mismatched": mismatched[:20], "mismatched_count": len(mismatched), "unknown_locally": unknown}
+
+
+def service_history(service: AuditService, region: str, *, max_records: int = 5000,
+                    budget_seconds: float = 3.0) -> dict | None:
+    """What the audit service already holds for a region: {"count", "complete", "head"} (head: the newest
+    record received), or None when it holds nothing. Bounded: at most ``max_records`` records and about
+    ``budget_seconds`` of paging (``complete`` is False when it stopped early: the count is a lower bound)."""
+    import time
+
+    stop = time.monotonic() + budget_seconds
+    count, head, complete = 0, None, True
+    for rec in service.records(region):
+        count += 1
+        head = rec
+        if count >= max_records or time.monotonic() > stop:
+            complete = False
+            break
+    if not count:
+        return None
+    return {"count": count, "complete": complete, "head": head if isinstance(head, dict) else {}}
 
 
 def export(store: Store, fmt: str, *, now: float, since: str | None = None, actor: str | None = None,

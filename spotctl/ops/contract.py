@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 
 from spotctl.core.contract import SeenNotice, lateness, notice_term
-from spotctl.core.errors import SpotctlError
 from spotctl.core.ports import ProviderStatus, ReclaimPort
 
 from .observe import Snapshot, observe
@@ -46,7 +45,7 @@ def evaluate(rt: Runtime, snap: Snapshot) -> dict:
                                 "issued_at": nt.issued_at, "deadline": nt.deadline, "delivered_at": nt.delivered_at,
                                 "pool": nt.pool, "reason": nt.reason, "first_seen_at": now})
     seen = list(seen.values())
-    reclaim = _reclaim_api(rt)
+    reclaim = _reclaim_api(rt, snap)
     rc = snap.rate_card
     pools: dict[str, dict] = {}
     for name in rt.region.pools:
@@ -102,18 +101,18 @@ def evaluate(rt: Runtime, snap: Snapshot) -> dict:
             "met": all(p["state"] == "met" for p in pools.values())}
 
 
-def _reclaim_api(rt: Runtime) -> dict:
+def _reclaim_api(rt: Runtime, snap: Snapshot) -> dict:
     if not isinstance(rt.contract, ReclaimPort):
         return {"state": "missing", "evidence": {"error": "the contract feed offers no reclaim API"}}
     if not isinstance(rt.contract, ProviderStatus):
         # offered, but nothing was called this pass to show that it answers: not "met"
         return {"state": "unknown", "evidence": {"error": "the feed offers a reclaim API but no status call to "
                                                           "check that it answers"}}
-    try:
-        body = rt.contract.status()
-    except SpotctlError as e:
-        return {"state": "missing", "evidence": {"error": e.message}}
-    return {"state": "met", "evidence": {"status_call": "answered", "provider_view": _provider_reclaim_view(body)}}
+    # the status call is made by observe(), with the other sources and under the same deadline
+    if snap.provider_status_error is not None:
+        return {"state": "missing", "evidence": {"error": snap.provider_status_error}}
+    return {"state": "met", "evidence": {"status_call": "answered",
+                                         "provider_view": _provider_reclaim_view(snap.provider_status)}}
 
 
 def _provider_reclaim_view(body) -> object:
@@ -179,7 +178,9 @@ def check(rt: Runtime, pool: str | None = None) -> dict:
     """``spotctl contract check``: observe now and evaluate every term (records nothing)."""
     if pool is not None:
         rt.region.pool(pool)  # NotFoundError for an unknown pool
-    report = evaluate(rt, observe(rt))
+    snap = observe(rt)
+    report = evaluate(rt, snap)
+    report["degraded"] = dict(snap.degraded)  # the sources not read (failed, or past the observe deadline)
     if pool is not None:
         report["pools"] = {pool: report["pools"][pool]}
         report["met"] = report["pools"][pool]["state"] == "met"

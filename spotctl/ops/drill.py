@@ -24,7 +24,7 @@ import socket
 from collections.abc import Callable
 
 from spotctl.core.budget import Priority
-from spotctl.core.errors import ConfigError, NotFoundError, RefusedError, UsageError
+from spotctl.core.errors import ConfigError, NotFoundError, RefusedError, StateError, UsageError
 from spotctl.core.models import NodeState
 from spotctl.core.ports import ReclaimPort
 
@@ -196,13 +196,14 @@ def _done(rt: Runtime, drill: dict) -> bool:
 
 
 def run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callable[[dict], None] = lambda _: None,
-        max_seconds: float = 1800) -> dict:
+        max_seconds: float = 1800, wait: float = 0.0) -> dict:
     """Issue the waves and let the reconciler handle them, until every victim is gone (or the time is up).
+    Each wave's reclaim calls are made under the region lock (waiting up to ``wait`` s for it).
 
     Whatever stops it — an error, Ctrl-C, SIGTERM — the drill ends ``aborted`` with its partial score
     (audited), never ``running`` for good; the error then goes on to the caller."""
     try:
-        return _run(rt, drill, tick=tick, progress=progress, max_seconds=max_seconds)
+        return _run(rt, drill, tick=tick, progress=progress, max_seconds=max_seconds, wait=wait)
     except BaseException as e:
         if drill["status"] == "running":
             why = ("terminated" if type(e).__name__ == "Terminated" else "interrupted") if isinstance(
@@ -211,6 +212,10 @@ def run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callabl
             drill.update(status="aborted", abort_reason=f"{why}"[:300])
             try:
                 _finish(rt, drill)
+            except StateError as e2:  # the state database itself failed (read-only, deleted, damaged): no
+                if not isinstance(e, StateError):  # traceback; said once, by the caller, when it is the cause
+                    log.error("drill %s: could not record its end (%s); `spotctl exercise-reclaim abort %s`",
+                              drill["id"], e2.message, drill["id"])
             except Exception:
                 log.exception("drill %s: could not record its end; `spotctl exercise-reclaim abort %s`",
                               drill["id"], drill["id"])
@@ -218,7 +223,7 @@ def run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callabl
 
 
 def _run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callable[[dict], None],
-         max_seconds: float) -> dict:
+         max_seconds: float, wait: float = 0.0) -> dict:
     t_end = rt.now() + max_seconds
     last = None
     while True:
@@ -228,8 +233,9 @@ def _run(rt: Runtime, drill: dict, *, tick: Callable[[], None], progress: Callab
                 drill.update(status="aborted", abort_reason=reason)
                 rt.store.audit(actor=rt.actor, action="drill.abort", target=drill["pool"], result="aborted",
                                inputs={"drill": drill["id"], "reason": reason}, at=rt.now())
-            else:
-                _issue_wave(rt, drill)
+            else:  # the reclaim changes the (simulated) provider's world: under the region lock
+                with rt.locked(wait, f"exercise-reclaim {drill['id']} wave {drill['issued'] + 1}, by {rt.actor}"):
+                    _issue_wave(rt, drill)
         _save(rt, drill)
         rt.sync_world()
         last = run_pass(rt)  # handle what the provider just sent, at once

@@ -2,14 +2,27 @@
 our node records in line with what was seen.
 
 Each source may fail; the pass goes on degraded and says which source failed.
+
+Every source is read at once, within the pass's observe deadline
+(``policy.observe_deadline_seconds``, measured on the monotonic clock): a source
+that has not answered by then is degraded for this pass and not waited for. Its
+thread is left to end on its own (its HTTP requests are bounded by the time left,
+see :mod:`spotctl.core.deadline`) and its result, when it comes, is dropped: the
+sources only return values, and only :func:`observe` applies them to the snapshot.
+Ports that run in this process (the simulator's; ``remote`` not set) are read inline
+and in order where the runtime asks for no concurrency (``simulate``, the demo
+region): no deadline applies to them, so a simulation stays deterministic.
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 
+from spotctl.core import deadline
 from spotctl.core.budget import Priority
 from spotctl.core.capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, also_full, forward_calendar, headroom
 from spotctl.core.errors import AuthError, ConfigError, SpotctlError
@@ -28,6 +41,7 @@ from spotctl.core.models import (
     WorkUnit,
 )
 from spotctl.core.planner import PlanInput, build_input
+from spotctl.core.ports import ProviderStatus, ReclaimPort
 
 from .runtime import Runtime
 
@@ -52,9 +66,28 @@ class Snapshot:
     auth_failed: list[str] = field(default_factory=list)  # sources that refused our credentials (exit 4)
     headroom: dict[str, PoolHeadroom] = field(default_factory=dict)
     calendars: dict[str, Calendar] = field(default_factory=dict)
+    # the provider's status call (the reclaim API's evidence, see ops.contract): its body, or why there is none
+    provider_status: object = None
+    provider_status_error: str | None = None
 
 
-def observe(rt: Runtime) -> Snapshot:
+@dataclass
+class ObserveBudget:
+    """The observe deadline of one pass: every :func:`observe` of the pass (the first, and a launch
+    fallback's re-read) draws on the same seconds, so that observing never takes longer than this in all."""
+
+    seconds: float
+    spent: float = 0.0
+
+    def left(self) -> float:
+        return max(0.0, self.seconds - self.spent)
+
+
+def observe(rt: Runtime, budget: ObserveBudget | None = None) -> Snapshot:
+    """Read every source at once, within ``budget`` (a fresh ``policy.observe_deadline_seconds`` when
+    None); a source still unanswered at the deadline is degraded for this pass."""
+    started = time.monotonic()
+    budget = budget or ObserveBudget(rt.region.policy.observe_deadline_seconds)
     now = rt.now()
     pools = rt.region.pools
     snap = Snapshot(now=now)
@@ -69,22 +102,28 @@ def observe(rt: Runtime) -> Snapshot:
     def contract_notices():
         return rt.contract.notices()
 
-    tasks = {"cloud": cloud, "rate_card": contract_rate, "notices": contract_notices}
+    # name -> (read, the port it reads)
+    tasks = {"cloud": (cloud, rt.cloud), "rate_card": (contract_rate, rt.contract),
+             "notices": (contract_notices, rt.contract)}
     for s in rt.schedulers:
-        tasks[f"scheduler:{s.name}"] = (lambda s=s: (s.pending(pools), s.usage()))
-    results: dict[str, object] = {}
+        tasks[f"scheduler:{s.name}"] = ((lambda s=s: (s.pending(pools), s.usage())), s)
+    status: dict[str, object] = {}
+    if isinstance(rt.contract, ReclaimPort) and isinstance(rt.contract, ProviderStatus):
+        # the reclaim API's evidence (ops.contract): read with the rest, under the same deadline
+        tasks["reclaim_api"] = (rt.contract.status, rt.contract)
     if rt.concurrent_observe:
-        with ThreadPoolExecutor(max_workers=len(tasks)) as pool:
-            futures = {name: pool.submit(fn) for name, fn in tasks.items()}
-            for name, fut in futures.items():
-                results[name] = _outcome(fut.result, name, snap)
-    else:
-        for name, fn in tasks.items():
-            results[name] = _outcome(fn, name, snap)
+        threaded = dict(tasks)
+    else:  # in-process ports inline, in order; a port that crosses the network still in a thread
+        threaded = {k: v for k, v in tasks.items() if getattr(v[1], "remote", False)}
+    results = _gather(tasks, threaded, snap, budget, status)
+    budget.spent += time.monotonic() - started
     if results.get("cloud") is not None:
         snap.hosts, snap.quota, snap.reservations, snap.instances = results["cloud"]
     snap.rate_card = results.get("rate_card")
     snap.notices = results.get("notices") or []
+    if "reclaim_api" in tasks:
+        snap.provider_status = results.get("reclaim_api")
+        snap.provider_status_error = status.get("reclaim_api")
     for s in rt.schedulers:
         r = results.get(f"scheduler:{s.name}")
         if r is not None:
@@ -100,19 +139,69 @@ def observe(rt: Runtime) -> Snapshot:
     return snap
 
 
-def _outcome(fn, name: str, snap: Snapshot):
+#: Sources whose failure is evidence for a contract term, not a degraded pass (ops.contract)
+_EVIDENCE_ONLY = frozenset({"reclaim_api"})
+
+
+def _gather(tasks: dict, threaded: dict, snap: Snapshot, budget: ObserveBudget, status: dict) -> dict[str, object]:
+    """Run ``threaded`` sources in worker threads and the others inline; wait for the threads until the
+    budget is spent. A late source is degraded; its thread is not joined and its result never read."""
+    results: dict[str, object] = {}
+    seconds = budget.left()
+    until = time.monotonic() + seconds
+    futures = {name: _start(name, fn, until) for name, (fn, _) in threaded.items()}
+    for name, (fn, _) in tasks.items():
+        if name not in futures:
+            results[name] = _outcome(fn, name, snap, status)
+    if futures:
+        wait(futures.values(), timeout=max(0.0, until - time.monotonic()))
+    for name, fut in futures.items():
+        if fut.done():
+            results[name] = _outcome(fut.result, name, snap, status)
+            continue
+        why = (f"no answer within the pass's observe deadline ({budget.seconds:g} s"
+               + (f", {seconds:.3g} s of it left" if seconds < budget.seconds else "") + "); not waited for")
+        log.warning("source %s: %s", name, why)
+        (status if name in _EVIDENCE_ONLY else snap.degraded)[name] = why
+    snap.degraded = {k: snap.degraded[k] for k in tasks if k in snap.degraded}  # in source order, always
+    return results
+
+
+def _start(name: str, fn, until: float) -> Future:
+    """Run one source in a daemon thread, its network calls bounded by the time left (core.deadline).
+
+    Not a ThreadPoolExecutor: its workers are joined when the interpreter exits, even after
+    ``shutdown(wait=False)``, so one stuck source would hold the process (and the timer's next pass)
+    after the pass itself had moved on. A daemon thread ends with the process."""
+    fut: Future = Future()
+
+    def run() -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            with deadline.until(until):
+                fut.set_result(fn())
+        except BaseException as e:  # handed to observe() through the future, like the executor does
+            fut.set_exception(e)
+
+    threading.Thread(target=run, name=f"observe-{name}", daemon=True).start()
+    return fut
+
+
+def _outcome(fn, name: str, snap: Snapshot, status: dict):
     try:
         return fn()
     except ConfigError:
         raise  # a misconfigured source is not an outage: stop with exit 3 and say what to fix
     except SpotctlError as e:
         log.warning("source %s unavailable: %s", name, e.message)
-        snap.degraded[name] = e.message
-        if isinstance(e, AuthError):
+        why = e.message
+        if isinstance(e, AuthError) and name not in _EVIDENCE_ONLY:
             snap.auth_failed.append(name)
     except Exception as e:  # an adapter bug must not stop the other sources
         log.exception("source %s failed", name)
-        snap.degraded[name] = f"{type(e).__name__}: {e}"
+        why = f"{type(e).__name__}: {e}"
+    (status if name in _EVIDENCE_ONLY else snap.degraded)[name] = why
     return None
 
 

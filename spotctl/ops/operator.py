@@ -20,22 +20,31 @@ from .runtime import Runtime
 MAX_OPERATOR_LAUNCH = 500
 
 
-def _locked(rt: Runtime):
-    if not rt.store.try_lock():
-        raise RefusedError("another pass holds the region lock", hint="try again in a few seconds")
-
-
 def _action_id(rt: Runtime, *parts) -> str:
     h = hashlib.sha1("|".join([rt.actor, repr(rt.now()), *map(str, parts)]).encode()).hexdigest()[:12]
     return f"op-{h}"
 
 
-def launch(rt: Runtime, pool_name: str, count: int, *, dry_run: bool = False) -> tuple[Outcome | None, dict]:
+def launch(rt: Runtime, pool_name: str, count: int, *, dry_run: bool = False,
+           wait: float = 0.0) -> tuple[Outcome | None, dict]:
+    """Launch ``count`` nodes in a pool now. Under the region lock (waiting up to ``wait`` s for it), the
+    headroom, limit and budget checks and the launch itself see the region as it is then."""
     pool = rt.region.pool(pool_name)  # NotFoundError for an unknown pool
     if count < 1:
         raise UsageError(f"--count must be at least 1, got {count}")
     if count > MAX_OPERATOR_LAUNCH:
         raise UsageError(f"--count {count} is more than one operator launch may ask for ({MAX_OPERATOR_LAUNCH})")
+    if dry_run:
+        action, facts = _launch_action(rt, pool, count)
+        return None, {**facts, "action": action.to_dict()}
+    with rt.locked(wait, f"launch {count} in {pool.name}, by {rt.actor}"):
+        action, facts = _launch_action(rt, pool, count)
+        out = execute(rt, action, None)
+    return out, facts
+
+
+def _launch_action(rt: Runtime, pool, count: int) -> tuple[Action, dict]:
+    """The checks of an operator launch (RefusedError when one fails) and the action that does it."""
     now = rt.now()
     hosts = rt.cloud.hosts({pool.name: pool})
     hr = headroom(pool, hosts, now)
@@ -61,19 +70,24 @@ def launch(rt: Runtime, pool_name: str, count: int, *, dry_run: bool = False) ->
                     reason=f"operator launch requested by {rt.actor}", pool=pool.name, count=count, price=price,
                     inputs={"rate_card_version": rate.version if rate else None, "headroom": hr.free,
                             "budget_tokens": facts["tokens_available"]})
+    return action, facts
+
+
+def drain(rt: Runtime, node_id: str, reason: str, *, dry_run: bool = False,
+          wait: float = 0.0) -> tuple[Outcome | None, dict]:
+    """Drain a node in every scheduler now, under the region lock (waiting up to ``wait`` s for it)."""
+    if not reason.strip():
+        raise UsageError("--reason must say why the node is drained (it goes into the audit record)")
+    action, facts = _drain_action(rt, node_id, reason)  # an unknown node or a wrong state: said before any wait
     if dry_run:
         return None, {**facts, "action": action.to_dict()}
-    _locked(rt)
-    try:
+    with rt.locked(wait, f"drain {node_id[:80]}, by {rt.actor}"):
+        action, facts = _drain_action(rt, node_id, reason)  # the node as it is once the lock is ours
         out = execute(rt, action, None)
-    finally:
-        rt.store.unlock()
     return out, facts
 
 
-def drain(rt: Runtime, node_id: str, reason: str, *, dry_run: bool = False) -> tuple[Outcome | None, dict]:
-    if not reason.strip():
-        raise UsageError("--reason must say why the node is drained (it goes into the audit record)")
+def _drain_action(rt: Runtime, node_id: str, reason: str) -> tuple[Action, dict]:
     node = rt.store.node(node_id)  # NotFoundError for an unknown node
     if node.state not in (NodeState.ACTIVE, NodeState.ADVISED, NodeState.BUILDING):
         raise RefusedError(f"node {node.id} is {node.state}; only building, active or advised nodes can be drained")
@@ -81,11 +95,4 @@ def drain(rt: Runtime, node_id: str, reason: str, *, dry_run: bool = False) -> t
                     reason=f"operator ({rt.actor}): {reason.strip()}", pool=node.pool, node=node.id,
                     inputs={"requested_by": rt.actor})
     facts = {"node": node.id, "pool": node.pool, "state": str(node.state)}
-    if dry_run:
-        return None, {**facts, "action": action.to_dict()}
-    _locked(rt)
-    try:
-        out = execute(rt, action, None)
-    finally:
-        rt.store.unlock()
-    return out, facts
+    return action, facts

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from spotctl.core.errors import StateError, UsageError
 from spotctl.core.planner import Plan, PlanInput, plan as make_plan
 
 from . import contract
 from .observe import observe, plan_input
 from .runtime import Runtime
+
+#: Plan sequence numbers are SQLite INTEGER PRIMARY KEYs: 1 .. 2**63 - 1.
+MAX_SEQ = 2**63 - 1
 
 
 def show_plan(rt: Runtime) -> tuple[Plan, dict[str, str], list[str]]:
@@ -30,8 +34,20 @@ def replay(rt: Runtime, seq: int) -> dict:
     The planner is a pure function of its input, and the input is recorded with
     every executed plan, so a decision can be explained after the fact.
     """
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= MAX_SEQ:
+        shown = str(seq)
+        raise UsageError(f"--replay must be a plan sequence number between 1 and {MAX_SEQ}, got "
+                         f"{shown if len(shown) <= 40 else shown[:39] + '…'}",
+                         hint="`spotctl plan --history` lists the recorded plans")
     rec = rt.store.plan_record(seq)
-    inp = PlanInput.from_dict(rec["input"])
+    try:
+        inp = PlanInput.from_dict(rec["input"])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise StateError(f"state database {rt.store.path}: recorded plan #{seq} is corrupt: its input is not a plan "
+                         f"input ({type(e).__name__}: {str(e)[:80]})",
+                         hint="nothing was changed; the other recorded plans can still be replayed "
+                              "(`spotctl plan --history`)",
+                         details={"path": str(rt.store.path), "table": "plans", "row": seq}) from None
     p = make_plan(inp)
     # The plan id is derived from the input digest, so it matches by construction: what proves the
     # replay is the action list itself, compared with the digest recorded when the plan ran. A plan

@@ -13,9 +13,9 @@ from spotctl.core.planner import Plan, plan as make_plan
 
 from . import contract
 from .act import Outcome, execute, execute_drains, resume
-from .observe import Snapshot, observe, plan_input, sync_nodes
+from .observe import ObserveBudget, Snapshot, observe, plan_input, sync_nodes
 from .relay import DESTINATIONS, relay as relay_outbox
-from .runtime import Runtime
+from .runtime import Runtime, lock_busy
 
 log = logging.getLogger(__name__)
 
@@ -57,22 +57,27 @@ class PassResult:
         }
 
 
-def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
-    t0 = time.perf_counter()
-    now = rt.now()
-    result = PassResult(status="ok", region=rt.region.name, started_at=now)
-    if not rt.store.try_lock():
+def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassResult:
+    """One pass under the region lock. When another pass or command holds it, wait up to ``wait`` seconds
+    (the timer does not: 0), then skip: that one does the work."""
+    result = PassResult(status="ok", region=rt.region.name, started_at=rt.now())
+    waited = time.monotonic()
+    if not rt.lock(wait, f"reconcile pass{' (dry run)' if dry_run else ''}, by {rt.actor}"):
         result.status = "skipped"
-        result.message = "another pass holds the region lock; skipped"
+        result.message = lock_busy(rt.store.lock_holder(), time.monotonic() - waited, wait) + "; skipped"
         rt.progress(result.message)
         return result
+    t0 = time.perf_counter()
+    now = result.started_at = rt.now()  # after any wait for the lock
     seq = None
     try:
         used_before = rt.store.tokens_used_total()
         seq = None if dry_run else rt.store.start_pass(rt.actor, now)
         if not dry_run:
             result.outcomes.extend(resume(rt))
-        snap = observe(rt)
+        # one observe deadline for the pass: the sources are read at once, a late one is degraded
+        budget = ObserveBudget(rt.region.policy.observe_deadline_seconds)
+        snap = observe(rt, budget)
         result.degraded = dict(snap.degraded)
         result.auth_failed = list(snap.auth_failed)
         nodes = None
@@ -92,7 +97,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
                                           "demand": plan.demand, "actions_sha256": plan.actions_digest(),
                                           "kinds": [a.kind for a in plan.actions]},
                                  plan_input=inp.to_dict())
-            result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools))
+            result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools, budget))
     except BaseException as e:  # an error or an interrupt: the pass row says so, not "running" for good
         if seq is not None:
             try:
@@ -103,7 +108,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False) -> PassResult:
                 log.exception("could not record the end of pass %s", seq)
         raise
     finally:
-        rt.store.unlock()
+        rt.unlock()
     if not dry_run:
         # after the pass lock is released: a slow or unreachable destination holds up no pass or watcher
         result.relay = _relay(rt, result)
@@ -142,7 +147,8 @@ def _fell_back(o: Outcome, result: PassResult) -> bool:
         x.kind == "launch" and x.status == "ok" and x.pool != o.pool and x is not o for x in result.outcomes)
 
 
-def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str]) -> list[Outcome]:
+def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str],
+         budget: ObserveBudget | None = None) -> list[Outcome]:
     outcomes: list[Outcome] = []
     current = plan
     for round_ in range(MAX_FALLBACK_ROUNDS + 1):
@@ -167,9 +173,10 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str]) -> 
                 failed_pools.append(action.pool)
         if not failed_pools:
             break
-        # Fall back to the next pool in the same pass: re-plan with the failure remembered.
+        # Fall back to the next pool in the same pass: re-plan with the failure remembered. The re-read
+        # draws on what is left of the pass's observe deadline (a source still late: no fallback launch).
         rt.progress(f"launch failed in {', '.join(failed_pools)}: re-planning without it")
-        snap = observe(rt)
+        snap = observe(rt, budget)
         current = make_plan(plan_input(rt, snap, no_notice=no_notice))
         if not any(a.kind == "launch" for a in current.actions):
             break

@@ -45,7 +45,7 @@ def _stream(rt: Runtime):
 
 def _lock(rt: Runtime, stop: threading.Event) -> None:
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
-    while not rt.store.try_lock():
+    while not rt.lock(purpose="notice handling, by the watcher"):
         if stop.is_set() or time.monotonic() > deadline:
             raise RefusedError("the region lock stayed busy; the next pass will handle the notice")
         time.sleep(0.02)
@@ -123,7 +123,7 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
                        seconds_to_accepted=round(time.monotonic() - t0, 4),
                        schedulers=result.data.get("accepted_seconds"))
     finally:
-        rt.store.unlock()
+        rt.unlock()
     return events
 
 
@@ -134,7 +134,7 @@ def continue_drains(rt: Runtime) -> list[Outcome]:
     now = rt.now()
     nodes = [n for n in rt.store.nodes(states=(NodeState.DRAINING,))
              if n.notice_deadline is not None and n.notice_deadline > now]
-    if not nodes or not rt.store.try_lock():
+    if not nodes or not rt.lock(purpose="drain rounds, by the watcher"):
         return []
     outs = []
     try:
@@ -148,7 +148,7 @@ def continue_drains(rt: Runtime) -> list[Outcome]:
                                     **({"force": True} if force else {})})
             outs.append(execute(rt, action, None))
     finally:
-        rt.store.unlock()
+        rt.unlock()
     return outs
 
 

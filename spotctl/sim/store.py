@@ -2,9 +2,11 @@
 
 The whole world is one JSON document in table ``sim_state`` (a single row),
 rewritten in one short ``BEGIN IMMEDIATE`` transaction after every mutating
-call and after every advance. A revision number guards against two processes
-overwriting each other (see :func:`write`). A file that cannot be read is an error naming the
-file (:class:`~spotctl.core.errors.StateError`), never silently recreated.
+call and after every advance. The processes of a demo region write it only while
+they hold the region's pass lock (``SimWorld.shared``); a revision number still
+guards against two writers overwriting each other (see :func:`write`). A file
+that cannot be read is an error naming the file
+(:class:`~spotctl.core.errors.StateError`), never silently recreated.
 """
 
 from __future__ import annotations
@@ -67,6 +69,22 @@ def read(path: Path) -> tuple[str, str, int, dict] | None:
     if not isinstance(state, dict):
         raise _corrupt(path, "the state is not a JSON object")
     return region, fingerprint, int(rev), state
+
+
+def revision(path: Path) -> int | None:
+    """The revision of the world saved in ``path`` (cheap: the state is not read); None when there is none
+    yet, or when the file cannot tell (then :func:`read` says why: never take None for "start afresh")."""
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10)
+        try:
+            row = conn.execute(f"SELECT rev FROM {TABLE} WHERE id = 1").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return int(row[0]) if row and isinstance(row[0], int) else None
 
 
 def write(path: Path, region: str, fingerprint: str, state: dict, saved_at: float, rev: int) -> int | None:

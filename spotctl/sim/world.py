@@ -77,6 +77,10 @@ class SimWorld:
         self._rev = 0  # the file's revision this world was loaded from / last saved as
         self._mutated = False  # calls changed this world since it was loaded
         self._stale = False  # another process saved a newer world: stop writing
+        self._shared = False  # bound to a file shared under the region lock (see shared()): writes only when held
+        self._held = False  # shared: the region lock is held (between acquire() and release())
+        self._tainted = False  # shared: changed while not held (refused): reload on the next acquire()
+        self._knobs_for_new: Knobs | None = None  # shared: the knobs of a world created when there is none yet
         self._heap: list[tuple] = []
         self._seq = 0
         self._step = float(self.knobs.step_seconds)
@@ -95,7 +99,10 @@ class SimWorld:
         self.cloud = SimCloud(self)
         self.contract = SimContract(self)
         self.schedulers = [SimScheduler(self, Scheduler.KUBERNETES), SimScheduler(self, Scheduler.SLURM)]
-        self._handlers = {
+        self._handlers = self._make_handlers()
+
+    def _make_handlers(self) -> dict:
+        return {
             "active": self.fleet.on_active,
             "released": self.fleet.on_released,
             "cleaned": self._bump,
@@ -129,16 +136,49 @@ class SimWorld:
 
         ``knobs`` only apply when the file is created; an existing world keeps its own.
         Raises :class:`StateError` when the file is unreadable, corrupt, or was made for
-        other pools or another seed.
+        other pools or another seed. For a file that several processes share under a lock, see :meth:`shared`.
         """
         path = Path(path)
-        saved = store.read(path)
-        if saved is None:
-            world = cls.new(region, math.floor(now / 60.0) * 60.0, knobs=knobs)
-            world.advance(now)
+        world = cls._read(path, region)
+        if world is None:
+            world = cls._fresh(region, now, knobs)
             world.path = path
             world.save()
             return world
+        world.advance(now)
+        return world
+
+    @classmethod
+    def shared(cls, path: Path, region: RegionConfig, now: float, *, knobs: Knobs | None = None) -> "SimWorld":
+        """The world saved in ``path``, for processes that share the file under one lock (the demo region's
+        pass lock): every change to it is made, and saved, while that lock is held.
+
+        Until :meth:`acquire` it is a read-only snapshot: one consistent read of the file (a fresh world in
+        memory when there is none yet), advanced to ``now`` in memory and never written; so a reader (``plan``,
+        ``status``) never fails nor disturbs a pass. :meth:`acquire`, called once the lock is taken, brings it
+        up to the newest saved world and makes it save after every change; :meth:`release`, called before the
+        lock goes, makes it read-only again. A change while the lock is not held is a bug, refused with an error.
+        """
+        path = Path(path)
+        world = cls._read(path, region) or cls._fresh(region, now, knobs)
+        world.path = path
+        world._shared = True
+        world._knobs_for_new = knobs
+        world.advance(now)  # in memory only: not held
+        return world
+
+    @classmethod
+    def _fresh(cls, region: RegionConfig, now: float, knobs: Knobs | None) -> "SimWorld":
+        world = cls.new(region, math.floor(now / 60.0) * 60.0, knobs=knobs)
+        world.advance(now)
+        return world
+
+    @classmethod
+    def _read(cls, path: Path, region: RegionConfig) -> "SimWorld | None":
+        """The world saved in ``path``, bound to it at its revision, not advanced; None when there is none yet."""
+        saved = store.read(path)
+        if saved is None:
+            return None
         _, fp, rev, state = saved
         if fp != fingerprint(region, region.seed):
             raise StateError(
@@ -154,8 +194,42 @@ class SimWorld:
                              details={"file": str(path)}) from None
         world.path = path
         world._rev = rev
-        world.advance(now)
         return world
+
+    # --- sharing the file under the region lock ------------------------------------------
+
+    def acquire(self, now: float) -> None:
+        """The region lock was just taken: load the newest saved world (unless this one is it), move it to
+        ``now`` and save after every change from here on, until :meth:`release`. A no-op for a world that is
+        not :meth:`shared`."""
+        if not self._shared or self._held:
+            return
+        path = self.path
+        assert path is not None
+        if self._tainted or store.revision(path) != self._rev:
+            latest = type(self)._read(path, self.region)  # raises on a corrupt file: never recreated silently
+            self._adopt(latest if latest is not None else type(self)._fresh(self.region, now, self._knobs_for_new))
+            self._rev = latest._rev if latest is not None else 0
+        self._held = True
+        self._stale = self._mutated = self._tainted = False
+        if self._rev == 0:
+            self.save()  # the first holder creates the file
+        self.advance(now)
+
+    def release(self) -> None:
+        """The region lock is about to be released: from now on read-only again. Every change made while it
+        was held is already saved (each one is, at once)."""
+        self._held = False
+
+    def _adopt(self, other: "SimWorld") -> None:
+        """Become ``other`` in place: the ports handed out (``cloud``, ``contract``, ``schedulers``) stay valid."""
+        keep = {k: self.__dict__[k] for k in ("cloud", "contract", "schedulers", "path", "_shared", "_held",
+                                               "_knobs_for_new")}
+        self.__dict__.update(other.__dict__)
+        self.__dict__.update(keep)
+        for part in (self.fleet, self.provider, self.cluster):
+            part.w = self
+        self._handlers = self._make_handlers()
 
     def _bootstrap(self) -> None:
         """Leases already on the calendar, the surge plan, and a backlog of pending work."""
@@ -319,11 +393,19 @@ class SimWorld:
     # --- persistence ---------------------------------------------------------------
 
     def changed(self, mutated: bool = True) -> None:
-        """Called after every change: a file-bound world saves itself."""
+        """Called after every change: a file-bound world saves itself (a :meth:`shared` one only while the
+        region lock is held: before, an advance stays in memory and a call that changes the world is refused)."""
         if mutated:
             self._mutated = True
-        if self.path is not None:
-            self.save()
+        if self.path is None:
+            return
+        if self._shared and not self._held:
+            if mutated:
+                self._tainted = True
+                raise RuntimeError(f"the simulated world in {self.path} was changed without holding the region "
+                                   "lock (a bug: every change must be made under the lock)")
+            return
+        self.save()
 
     def save(self) -> None:
         """Write the world to its file, unless another process saved a newer one since we loaded it.

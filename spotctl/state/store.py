@@ -12,9 +12,11 @@ Audit records are chained: each carries the SHA-256 of the previous one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import uuid
@@ -27,6 +29,8 @@ from spotctl.core.budget import Bucket, Priority
 from spotctl.core.errors import NotFoundError, StateError
 from spotctl.core.lifecycle import check_transition, event_type
 from spotctl.core.models import Node, NodeState
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 4
 
@@ -113,6 +117,199 @@ def audit_hash(record: dict, prev_hash: str) -> str:
     return hashlib.sha256((prev_hash + canonical(body)).encode()).hexdigest()
 
 
+# -- the state database as an input: every failure is a StateError naming the file (exit 9) ---------------
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_RESTORE = ("nothing was changed; move the file aside and restore a backup, or start afresh (`mv` it away) if "
+            "losing local state is acceptable")
+
+
+def clip(value, limit: int = 80) -> str:
+    """``repr`` of a value read from the database or typed by a user, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file at ``path``; None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _version_stamp(path: Path) -> tuple | None:
+    """What changes when anyone writes the file: identity, size, modification time."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _writable_dir(directory: Path) -> bool:
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
+def read_only_error(path: Path) -> StateError:
+    """The file, or the directory SQLite must create its ``-wal``/``-shm`` files in, cannot be written."""
+    hint = ("nothing was changed; make it writable for the user running spotctl (check its permissions, "
+            "`lsattr` flags and the mount), or point --state-dir at a writable copy")
+    if not _writable_dir(path.parent):
+        return StateError(f"state directory {path.parent} is read-only: state database {path} cannot be used "
+                          "(SQLite keeps its -wal and -shm files beside it)",
+                          hint=hint, details={"path": str(path)})
+    return StateError(f"state database {path} is read-only", hint=hint, details={"path": str(path)})
+
+
+def sqlite_error(path: Path, e: sqlite3.Error) -> StateError | None:
+    """The user's view of an SQLite failure on the state database, or None for a programming error
+    (IntegrityError, ProgrammingError, a syntax error: bugs, left as they are)."""
+    if type(e) not in (sqlite3.OperationalError, sqlite3.DatabaseError):
+        return None
+    name = getattr(e, "sqlite_errorname", "") or ""
+    msg = str(e)
+    details = {"path": str(path), "sqlite": name or msg}
+    if name.startswith("SQLITE_READONLY") or "readonly database" in msg:
+        return read_only_error(path)
+    if name.startswith("SQLITE_CANTOPEN") or "unable to open database file" in msg:
+        if not _writable_dir(path.parent) or (path.exists() and not os.access(path, os.W_OK)):
+            return read_only_error(path)
+        if not path.exists():
+            return StateError(f"state database {path} was deleted while spotctl had it open",
+                              hint="nothing more was written; restore the file from a backup", details=details)
+        return StateError(f"state database {path} cannot be opened: {msg}", details=details)
+    if msg.startswith(("no such table", "no such column")) or " has no column named " in msg:
+        return StateError(f"state database {path} is damaged or not a spotctl state database: {msg}",
+                          hint=_RESTORE, details=details)
+    if name.startswith("SQLITE_FULL") or "disk is full" in msg:
+        return StateError(f"the disk holding state database {path} is full", hint="nothing was changed; free space "
+                          "and run the command again", details=details)
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in msg:
+        return StateError(f"state database {path} stayed locked by another process for more than 10 s",
+                          hint="nothing was changed; run the command again", details=details)
+    if name.startswith("SQLITE_IOERR") or "disk I/O error" in msg:
+        return StateError(f"state database {path}: I/O error ({msg})", hint="nothing was changed; check the disk",
+                          details=details)
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or type(e) is sqlite3.DatabaseError:
+        return StateError(f"state database {path} is unreadable or corrupt: {msg}", hint=_RESTORE, details=details)
+    return None
+
+
+class _Connection(sqlite3.Connection):
+    """The store's connection: an operational failure (a read-only file, a table gone, a full disk,
+    corruption met while reading) is a StateError naming the file, not a traceback."""
+
+    state_path: Path | None = None
+
+    def execute(self, sql, parameters=(), /):
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.Error as e:
+            err = sqlite_error(self.state_path, e) if self.state_path is not None else None
+            if err is None:
+                raise
+            raise err from e
+
+    def executemany(self, sql, seq_of_parameters, /):
+        try:
+            return super().executemany(sql, seq_of_parameters)
+        except sqlite3.Error as e:
+            err = sqlite_error(self.state_path, e) if self.state_path is not None else None
+            if err is None:
+                raise
+            raise err from e
+
+
+def _open_error(path: Path, e: sqlite3.Error) -> StateError:
+    """Why an existing state database could not be opened: read-only (the file, or the directory its
+    -wal/-shm files go in) is said as such; anything else is unreadable or corrupt."""
+    err = sqlite_error(path, e)
+    if err is not None and "read-only" in err.message:
+        return err
+    if not _writable_dir(path.parent) and not Path(f"{path}-shm").exists():
+        return read_only_error(path)
+    return StateError(f"state database {path} is unreadable or corrupt: {e}", hint=_RESTORE,
+                      details={"path": str(path)})
+
+
+def _check_lock_paths(path: Path) -> None:
+    """The lock files beside the database must be files (or not exist yet): a directory there would make
+    every pass fail when it takes the lock."""
+    for lock in (Path(f"{path}.lock"), Path(f"{path}.relay.lock")):
+        if os.path.lexists(lock) and not lock.is_file():
+            kind = "a directory" if lock.is_dir() else "not a regular file"
+            raise StateError(f"lock file {lock} of state database {path.name} is {kind}",
+                             hint="nothing was changed; remove it (spotctl creates the lock file itself)",
+                             details={"path": str(lock)})
+
+
+def _check_existing(path: Path) -> None:
+    """An existing state database must be an SQLite file: an empty, cut-short or foreign file is not a new
+    region (its history and audit chain would silently vanish) but corruption, and it is left as it is."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            head = f.read(len(SQLITE_MAGIC))
+    except IsADirectoryError:
+        raise StateError(f"state database {path} is a directory, not a file", hint="move it away",
+                         details={"path": str(path)}) from None
+    except OSError as e:
+        raise StateError(f"cannot read state database {path}: {e.strerror}", details={"path": str(path)}) from None
+    if st.st_size == 0:
+        why = "is empty (0 bytes)"
+    elif head != SQLITE_MAGIC:
+        why = (f"is not an SQLite database (its {st.st_size} byte{'s' if st.st_size != 1 else ''} do not start "
+               "with the SQLite header)")
+    elif st.st_size < 512:  # the smallest SQLite page
+        why = f"is cut short ({st.st_size} bytes)"
+    else:
+        return
+    raise StateError(f"state database {path} {why}: it is corrupt, not a new region",
+                     hint=_RESTORE, details={"path": str(path), "size": st.st_size})
+
+
+_EXPECTED: dict[str, set[str]] = {}
+
+
+def _expected_schema() -> dict[str, set[str]]:
+    """Table -> columns, as the migrations make them (built once, in memory)."""
+    if not _EXPECTED:
+        c = sqlite3.connect(":memory:")
+        for v in range(1, SCHEMA_VERSION + 1):
+            for stmt in _statements(MIGRATIONS[v]):
+                c.execute(stmt)
+        _EXPECTED.update(_schema(c))
+        c.close()
+    return _EXPECTED
+
+
+def _schema(conn: sqlite3.Connection) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for table, column in conn.execute("SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p "
+                                      "WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'"):
+        out.setdefault(table, set()).add(column)
+    return out
+
+
+def bad_value(path: Path, table: str, key, column: str, value, known=None) -> StateError:
+    """A row holding a value this spotctl cannot read (an unknown state, a mangled JSON column)."""
+    what = f"{column} {clip(value)}"
+    if known:
+        what += f", which is not one of {', '.join(sorted(known))}"
+    return StateError(f"state database {path}: {table} row {clip(key)} has an unreadable {what}",
+                      hint="the file was edited by hand, or written by a newer spotctl (then upgrade); " + _RESTORE,
+                      details={"path": str(path), "table": table, "row": clip(key), "column": column})
+
+
+def _loads(path: Path, table: str, key, column: str, raw):
+    try:
+        return json.loads(raw)
+    except (ValueError, TypeError):
+        raise bad_value(path, table, key, column, raw) from None
+
+
 class Store:
     """A region's state database. Use :meth:`open`; close with :meth:`close`."""
 
@@ -125,49 +322,173 @@ class Store:
         self.db = sqlite_utils.Database(conn)
         self._lock_fd: int | None = None
         self._in_tx = False
+        #: True when this open created the database (a new region: nothing recorded before).
+        self.created = False
+        # The file's identity when opened: a file deleted or replaced under an open store is
+        # noticed at the next write transaction instead of writing into a file nobody will read.
+        self._identity = _identity(path)
+        self._wal_identity: tuple[int, int] | None = None  # the -wal file SQLite uses for it (see close)
 
     # -- opening -------------------------------------------------------------
 
     @classmethod
     def open(cls, path: str | os.PathLike, region: str, *, create: bool = True) -> "Store":
+        """Open a region's state database. Only a missing file means a new region: it is created whole
+        (migrated in a temporary file, then linked into place), so no other process ever sees it half made;
+        an existing file that is empty, cut short or not SQLite is corruption and is left untouched."""
         path = Path(path)
-        if not path.exists():
+        created = False
+        if not os.path.lexists(path):
             if not create:
                 raise NotFoundError(f"no state database at {path}",
                                     hint="run `spotctl reconcile` (or any command) once to create it")
+            created = cls._create(path, region)
+        else:
+            _check_existing(path)
+        _check_lock_paths(path)
+        prechecked = False
+        if not created and not os.path.lexists(f"{path}-wal"):
+            seen = _version_stamp(path)
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise StateError(f"cannot create state directory {path.parent}: {e.strerror}") from None
+                cls._precheck(path, region)
+                prechecked = True
+            except StateError:
+                # another process may have opened and checkpointed it meanwhile (the immutable read takes no
+                # lock): only a file that stayed as it was is refused here; else check again, under the locks
+                if _version_stamp(path) == seen and not os.path.lexists(f"{path}-wal"):
+                    raise
         try:
-            conn = sqlite3.connect(str(path), timeout=10, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(str(path), timeout=10, isolation_level=None, check_same_thread=False,
+                                   factory=_Connection)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout=10000")
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            # read-only checks first (integrity, then version and schema): nothing is written to a file
+            # that turns out to be damaged or foreign, not even the switch to WAL
+            check = "ok" if prechecked else conn.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(check)
+        except sqlite3.DatabaseError as e:
+            with contextlib.suppress(UnboundLocalError, sqlite3.Error):
+                conn.close()
+            raise _open_error(path, e) from None
+        store = cls(path, region, conn)
+        store.created = created
+        try:
+            store._migrate()
+            store._check_schema()
+            conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise _open_error(path, e) from None
+        except BaseException:
+            conn.close()
+            raise
+        conn.state_path = path  # from here on, SQLite failures name the file (StateError)
+        store._wal_identity = _identity(Path(f"{path}-wal"))
+        return store
+
+    @classmethod
+    def _create(cls, path: Path, region: str) -> bool:
+        """Make a new, fully migrated state database at ``path``; False if another process made it first."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise StateError(f"cannot create state directory {path.parent}: it is read-only ({e.strerror})",
+                                 hint="point --state-dir (or state_dir) at a writable directory") from None
+            raise StateError(f"cannot create state directory {path.parent}: {e.strerror}") from None
+        leftovers = [f for f in (Path(f"{path}-wal"), Path(f"{path}-shm")) if os.path.lexists(f)]
+        if leftovers:
+            if os.path.lexists(path):
+                return False  # another process created the database (and opened it) since we looked
+            wal = Path(f"{path}-wal")
+            size = wal.stat().st_size if wal.exists() else 0
+            raise StateError(
+                f"state database {path} is missing but its SQLite side files are still there "
+                f"({', '.join(f.name for f in leftovers)}{f', {size} bytes of log' if size else ''}): it was "
+                "deleted while in use or after a crash, and a new database would replay that log",
+                hint=f"nothing was changed; restore {path.name} from a backup, or, to start the region afresh, "
+                     f"move {' and '.join(f.name for f in leftovers)} away too",
+                details={"path": str(path), "leftovers": [str(f) for f in leftovers]})
+        tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            conn = sqlite3.connect(str(tmp), isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                cls(tmp, region, conn)._migrate()
+            finally:
+                conn.close()
+            try:
+                os.link(tmp, path)
+                return True
+            except FileExistsError:
+                return False
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                    raise
+                if os.path.lexists(path):  # no hard links here: rename, unless another process won
+                    return False
+                os.rename(tmp, path)
+                return True
+        except sqlite3.DatabaseError as e:
+            raise _open_error(path, e) from None
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) or not _writable_dir(path.parent):
+                raise read_only_error(path) from None
+            raise StateError(f"cannot create state database {path}: {e.strerror}") from None
+        finally:
+            for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+
+    def _preflight(self) -> int:
+        """The schema version, refusing a newer one and a foreign SQLite file (reads only)."""
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StateError(
+                f"state database {self.path} has schema version {version}, newer than this spotctl "
+                f"understands ({SCHEMA_VERSION})", hint="upgrade spotctl")
+        if version == 0:
+            foreign = [r[0] for r in self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+            if foreign:
+                raise StateError(
+                    f"state database {self.path} is not a spotctl state database (it holds tables "
+                    f"{', '.join(clip(t, 40) for t in foreign[:5])} but no spotctl schema version)",
+                    hint="nothing was changed; point --state-dir elsewhere or move the file away",
+                    details={"path": str(self.path)})
+        return version
+
+    @classmethod
+    def _precheck(cls, path: Path, region: str) -> None:
+        """Every read-only check of :meth:`open` — integrity, version, schema, enumerated values — on an
+        immutable, read-only connection: it creates no -wal or -shm file and takes no lock, so a refused
+        file is left exactly as it was, with nothing beside it. Only for a file without a write-ahead log
+        (one with a log must be read through it)."""
+        from urllib.parse import quote
+
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1", uri=True,
+                                   check_same_thread=False)
+        except sqlite3.DatabaseError as e:
+            raise _open_error(path, e) from None
+        try:
             check = conn.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise sqlite3.DatabaseError(check)
-            del mode
+            pre = cls(path, region, conn)
+            if pre._preflight() == SCHEMA_VERSION:
+                pre._check_schema()
         except sqlite3.DatabaseError as e:
-            raise StateError(
-                f"state database {path} is unreadable or corrupt: {e}",
-                hint="nothing was changed; move the file aside and restore a backup, or start afresh "
-                     "(`mv` it away) if losing local state is acceptable",
-                details={"path": str(path)},
-            ) from None
-        store = cls(path, region, conn)
-        store._migrate()
-        return store
+            raise _open_error(path, e) from None
+        finally:
+            conn.close()
 
     def _migrate(self) -> None:
         try:
-            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StateError(
-                    f"state database {self.path} has schema version {version}, newer than this spotctl "
-                    f"understands ({SCHEMA_VERSION})", hint="upgrade spotctl")
+            version = self._preflight()
             for v in range(version + 1, SCHEMA_VERSION + 1):
                 self.conn.execute("BEGIN IMMEDIATE")
                 for stmt in _statements(MIGRATIONS[v]):
@@ -177,12 +498,64 @@ class Store:
         except sqlite3.DatabaseError as e:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
+            err = sqlite_error(self.path, e)
+            if err is not None and "read-only" in err.message:
+                raise err from None
             raise StateError(f"state database {self.path} could not be migrated: {e}",
                              hint="nothing was changed") from None
 
+    def _check_schema(self) -> None:
+        """Every table and column the migrations make must be there: a table dropped by hand is corruption,
+        reported at open (exit 9), not a traceback in the middle of a pass."""
+        try:
+            have = _schema(self.conn)
+        except sqlite3.DatabaseError as e:
+            raise _open_error(self.path, e) from None
+        problems = []
+        for table, cols in sorted(_expected_schema().items()):
+            if table not in have:
+                problems.append(f"table {table!r} is missing")
+            elif cols - have[table]:
+                problems.append(f"table {table!r} lacks column(s) {', '.join(sorted(cols - have[table]))}")
+        if problems:
+            raise StateError(f"state database {self.path} is damaged: {'; '.join(problems[:4])}"
+                             + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""),
+                             hint=_RESTORE, details={"path": str(self.path), "problems": problems})
+        # the enumerated columns, checked once here (both are indexed or small): a pass never starts on a
+        # row it would fail to read half way through
+        states = tuple(_STATES)
+        r = self.conn.execute(f"SELECT id, state FROM nodes WHERE state NOT IN ({','.join('?' * len(states))}) "
+                              "OR typeof(state) != 'text' LIMIT 1", states).fetchone()
+        if r is not None:
+            raise bad_value(self.path, "nodes", r[0], "state", r[1], known=_STATES)
+        prios = tuple(m.lower() for m in Priority.__members__)
+        r = self.conn.execute(f"SELECT id, priority FROM actions WHERE status = 'intended' AND "
+                              f"(priority NOT IN ({','.join('?' * len(prios))}) OR typeof(priority) != 'text') "
+                              "LIMIT 1", prios).fetchone()
+        if r is not None:
+            raise bad_value(self.path, "actions", r[0], "priority", r[1], known=prios)
+
     def close(self) -> None:
         self.unlock()
+        moved = self._identity is not None and _identity(self.path) != self._identity
         self.conn.close()
+        if moved:
+            self._set_aside_orphans()
+
+    def _set_aside_orphans(self) -> None:
+        """The database was deleted or replaced while open: SQLite then leaves its write-ahead log at
+        ``<db>-wal`` (it checkpoints only into an unmoved file), where the next open would replay it into
+        whatever file is at the path now — a new region, or a restored backup. Move our own log (the same
+        file we opened) and its index aside, never deleting anything."""
+        wal, shm = Path(f"{self.path}-wal"), Path(f"{self.path}-shm")
+        if self._wal_identity is None or _identity(wal) != self._wal_identity:
+            return  # not the log we used: it belongs to whatever is at the path now
+        stamp = f".orphaned-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        for f in (wal, shm):
+            with contextlib.suppress(OSError):
+                os.rename(f, f"{f}{stamp}")
+        log.info("state database %s was deleted or replaced while open: its write-ahead log was moved to %s "
+                 "(it holds the last changes made to the old file)", self.path, f"{wal}{stamp}")
 
     def __enter__(self) -> "Store":
         return self
@@ -192,20 +565,68 @@ class Store:
 
     # -- locking and transactions -------------------------------------------
 
-    def try_lock(self) -> bool:
-        """Take the region's pass lock; False if another pass holds it."""
+    LOCK_POLL_SECONDS = 0.1  # how often a waiter for the pass lock tries it again
+
+    def try_lock(self, wait: float = 0.0, *, purpose: str = "", on_wait=None) -> bool:
+        """Take the region's pass lock; False if another process holds it (still, after ``wait`` seconds).
+
+        Waiting is a poll of a non-blocking ``flock`` every ``LOCK_POLL_SECONDS`` until the deadline: the one
+        bounded wait there is, taken before a pass or an operator action starts, never inside one.
+        ``on_wait(elapsed)`` is called at each poll (a spinner). The holder writes who it is into the lock
+        file (``purpose``: what it does), for :meth:`lock_holder` to name it to whoever waits."""
         if self._lock_fd is not None:
             return True
-        fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        import math
+        import socket
+        import time
+
+        path = str(self.path) + ".lock"
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise StateError(f"cannot open the region lock file {path}: {e.strerror or e}",
+                             hint="it must be a regular file this user can write", details={"path": path}) from None
+        t0 = time.monotonic()
+        polls = math.ceil(wait / self.LOCK_POLL_SECONDS) if wait > 0 else 0  # a bound even if the clock stands
+        held = False
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    elapsed = time.monotonic() - t0
+                    if elapsed >= wait or polls <= 0:
+                        return False
+                    polls -= 1
+                    if on_wait is not None:
+                        on_wait(elapsed)
+                    time.sleep(max(0.0, min(self.LOCK_POLL_SECONDS, wait - elapsed)))
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "purpose": purpose[:200], "since": time.time()}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+            held = True
+        finally:
+            if not held:
+                os.close(fd)  # not taken (busy, an error, or an interrupt while waiting): the flock goes with it
         self._lock_fd = fd
         return True
+
+    def lock_holder(self) -> dict | None:
+        """Who holds the region's pass lock, as the holder wrote it (``pid``, ``host``, ``purpose``, ``since``);
+        None when unknown. Only meaningful while the lock is busy: the file keeps the last holder's record."""
+        try:
+            with open(str(self.path) + ".lock", encoding="utf-8", errors="replace") as f:
+                raw = f.read(4096).strip()
+        except OSError:
+            return None
+        if raw.isdigit():  # written by an older spotctl: the pid alone
+            return {"pid": int(raw)}
+        try:
+            d = json.loads(raw)
+        except ValueError:
+            return None
+        return d if isinstance(d, dict) else None
 
     @contextlib.contextmanager
     def relay_lock(self) -> Iterator[bool]:
@@ -226,6 +647,7 @@ class Store:
             os.close(fd)
 
     def unlock(self) -> None:
+        """Release the region's pass lock (a no-op when this store does not hold it)."""
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -237,6 +659,7 @@ class Store:
         if self._in_tx:
             yield self.conn
             return
+        self.check_identity()
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as e:
@@ -244,13 +667,30 @@ class Store:
         self._in_tx = True
         try:
             yield self.conn
+            self.check_identity()  # commit-critical: never commit into a file that is no longer the region's
         except BaseException:
             self._in_tx = False
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk, an I/O error)
+                with contextlib.suppress(sqlite3.Error, StateError):
+                    self.conn.execute("ROLLBACK")
             raise
         else:
             self._in_tx = False
             self.conn.execute("COMMIT")
+
+    def check_identity(self) -> None:
+        """Stop (StateError) when the database file was deleted or replaced since it was opened: writing on
+        would go into a file nobody reads again, and everything recorded from then on would be lost."""
+        if self._identity is None:
+            return
+        now = _identity(self.path)
+        if now != self._identity:
+            raise StateError(
+                f"state database {self.path} was deleted or replaced while spotctl had it open",
+                hint="nothing more was written to it; what this command recorded before is not in the file "
+                     "now at that path (SQLite's log of the old file is kept beside it as *-wal.orphaned-*): find "
+                     "out what removed or replaced it, restore a backup if needed, and run the command again",
+                details={"path": str(self.path), "deleted": now is None})
 
     # -- nodes ---------------------------------------------------------------
 
@@ -262,23 +702,23 @@ class Store:
             args = tuple(s.value for s in states)
         elif live_only:
             sql += " WHERE state NOT IN ('gone','failed','lost')"
-        return [_node(r) for r in self.conn.execute(sql + " ORDER BY id", args)]
+        return [_node(r, self.path) for r in self.conn.execute(sql + " ORDER BY id", args)]
 
     def node(self, node_id: str) -> Node:
         r = self.conn.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
         if r is None:
             raise NotFoundError(f"unknown node {node_id!r} in region {self.region!r}",
                                 hint="`spotctl status` lists the region's nodes")
-        return _node(r)
+        return _node(r, self.path)
 
     def node_by_instance(self, instance_id: str) -> Node | None:
         r = self.conn.execute("SELECT * FROM nodes WHERE instance_id=? ORDER BY created_at DESC LIMIT 1",
                               (instance_id,)).fetchone()
-        return None if r is None else _node(r)
+        return None if r is None else _node(r, self.path)
 
     def find_node(self, node_id: str) -> Node | None:
         r = self.conn.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
-        return None if r is None else _node(r)
+        return None if r is None else _node(r, self.path)
 
     def add_node(self, node: Node, *, actor: str, reason: str) -> None:
         """Record a new node (state ``intended``) with its event, in the caller's transaction."""
@@ -363,7 +803,7 @@ class Store:
 
     def audit_records(self, limit: int | None = None) -> list[dict]:
         sql = "SELECT * FROM audit ORDER BY seq" + (f" LIMIT {int(limit)}" if limit else "")
-        return [{**r, "inputs": json.loads(r["inputs"])} for r in self.db.query(sql)]
+        return [{**r, "inputs": _loads(self.path, "audit", r["id"], "inputs", r["inputs"])} for r in self.db.query(sql)]
 
     def verify_audit(self) -> tuple[bool, dict | None, int]:
         """Walk the chain; return (ok, first bad record, records checked)."""
@@ -427,7 +867,8 @@ class Store:
         if target:
             sql, args = sql + " AND target = ?", args + [target]
         sql += " ORDER BY seq" + (f" LIMIT {int(limit)}" if limit else "")
-        return [{**dict(r), "inputs": json.loads(r["inputs"])} for r in self.conn.execute(sql, args)]
+        return [{**dict(r), "inputs": _loads(self.path, "audit", r["id"], "inputs", r["inputs"])}
+                for r in self.conn.execute(sql, args)]
 
     def audit_record(self, record_id: str) -> dict:
         """One audit record by id (a unique prefix of at least 8 characters also works)."""
@@ -439,7 +880,7 @@ class Store:
             raise NotFoundError(f"no audit record {record_id!r} in region {self.region!r}" if not rows else
                                 f"audit record id prefix {record_id!r} is ambiguous",
                                 hint="`spotctl audit list` shows record ids")
-        return {**dict(rows[0]), "inputs": json.loads(rows[0]["inputs"])}
+        return {**dict(rows[0]), "inputs": _loads(self.path, "audit", rows[0]["id"], "inputs", rows[0]["inputs"])}
 
     def counts(self) -> dict:
         c = self.conn
@@ -483,7 +924,10 @@ class Store:
         out = []
         for r in rows:
             d = dict(r)
-            d["inputs"] = json.loads(d["inputs"])
+            d["inputs"] = _loads(self.path, "actions", d["id"], "inputs", d["inputs"])
+            if not isinstance(d["priority"], str) or d["priority"].upper() not in Priority.__members__:
+                raise bad_value(self.path, "actions", d["id"], "priority", d["priority"],
+                                known=[m.lower() for m in Priority.__members__])
             out.append(d)
         return out
 
@@ -572,7 +1016,7 @@ class Store:
     def plans(self, limit: int = 20) -> list[dict]:
         rows = self.conn.execute("SELECT seq, plan_id, at, actor, executed, summary FROM plans ORDER BY seq DESC LIMIT ?",
                                  (limit,))
-        return [{**dict(r), "summary": json.loads(r["summary"])} for r in rows]
+        return [{**dict(r), "summary": _loads(self.path, "plans", r["seq"], "summary", r["summary"])} for r in rows]
 
     def plan_input(self, seq: int) -> dict:
         return self.plan_record(seq)["input"]
@@ -584,8 +1028,18 @@ class Store:
             raise NotFoundError(f"no recorded plan #{seq} in region {self.region!r}",
                                 hint="`spotctl plan --history` lists the recorded plans")
         d = dict(r)
-        d["summary"] = json.loads(d["summary"])
-        d["input"] = json.loads(zlib.decompress(d["input"]))
+        d["summary"] = _loads(self.path, "plans", seq, "summary", d["summary"])
+        if not isinstance(d["summary"], dict):
+            raise bad_value(self.path, "plans", seq, "summary", d["summary"])
+        try:
+            d["input"] = json.loads(zlib.decompress(d["input"]))
+        except (zlib.error, TypeError, ValueError) as e:
+            why = "cannot be decompressed" if isinstance(e, (zlib.error, TypeError)) else "is not valid JSON"
+            raise StateError(f"state database {self.path}: recorded plan #{seq} is corrupt: its input {why} "
+                             f"({str(e)[:80]})",
+                             hint="nothing was changed; the other recorded plans can still be replayed "
+                                  "(`spotctl plan --history`)",
+                             details={"path": str(self.path), "table": "plans", "row": seq}) from None
         return d
 
     def start_pass(self, actor: str, at: float) -> int:
@@ -607,7 +1061,7 @@ class Store:
         if r is None:
             return None
         d = dict(r)
-        d["summary"] = json.loads(d["summary"])
+        d["summary"] = _loads(self.path, "passes", d["seq"], "summary", d["summary"])
         return d
 
 
@@ -618,9 +1072,12 @@ def _statements(script: str) -> list[str]:
 _STATES = {s.value: s for s in NodeState}
 
 
-def _node(r: sqlite3.Row) -> Node:
+def _node(r: sqlite3.Row, path: Path) -> Node:
+    state = _STATES.get(r["state"]) if isinstance(r["state"], str) else None
+    if state is None:
+        raise bad_value(path, "nodes", r["id"], "state", r["state"], known=_STATES)
     return Node(
-        id=r["id"], pool=r["pool"], state=_STATES[r["state"]], action_id=r["action_id"],
+        id=r["id"], pool=r["pool"], state=state, action_id=r["action_id"],
         created_at=r["created_at"], updated_at=r["updated_at"], instance_id=r["instance_id"], host=r["host"],
         reason=r["reason"], cordoned=bool(r["cordoned"]), idle_since=r["idle_since"],
         notice_deadline=r["notice_deadline"], notice_id=r["notice_id"], price=r["price"],

@@ -65,8 +65,8 @@ class LockHolds:
         self._try, self._unlock = store.try_lock, store.unlock
         store.try_lock, store.unlock = self.try_lock, self.unlock
 
-    def try_lock(self):
-        ok = self._try()
+    def try_lock(self, *args, **kwargs):
+        ok = self._try(*args, **kwargs)
         if ok:
             self._t = time.monotonic()
         return ok

@@ -1,0 +1,102 @@
+"""Checks for option values, where they enter: finite numbers in range, URLs, addresses, bounded text.
+
+Typer's own ``min``/``max`` cover integers; these cover what it does not (NaN and infinity pass a float
+range, a URL or a host is just a string to it). Each raises ``typer.BadParameter``, which the error site
+turns into one ``spotctl: error: --opt …`` line and exit 2."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import typer
+
+MAX_REASON = 1000  # characters of a --reason: it goes into audit records and scheduler reasons
+
+
+def _n(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def finite(lo: float | None = None, hi: float | None = None, gt: float | None = None) -> Callable:
+    """A float option: finite, and within ``[lo, hi]`` (``gt``: strictly above)."""
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return value
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"must be a finite number, got {value!r}")
+        if (lo is not None and value < lo) or (hi is not None and value > hi) or (gt is not None and value <= gt):
+            parts = ([f"> {_n(gt)}"] if gt is not None else []) + ([f">= {_n(lo)}"] if lo is not None else []) \
+                + ([f"<= {_n(hi)}"] if hi is not None else [])
+            raise typer.BadParameter(f"must be {' and '.join(parts)}, got {_n(value)}")
+        return value
+
+    return check
+
+
+def url(value: str | None) -> str | None:
+    """An http(s) URL with a host."""
+    if value is None:
+        return value
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(value)
+        u.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as e:
+        raise typer.BadParameter(f"is not a valid URL ({e}): {cut(value)}") from None
+    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in value):
+        raise typer.BadParameter(f"must be an http:// or https:// URL with a host, got {cut(value)}")
+    return value
+
+
+def host(value: str | None) -> str | None:
+    """An IP address or a DNS name to listen on."""
+    if value is None:
+        return value
+    import ipaddress
+    import re
+
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    labels = value.rstrip(".").split(".")
+    dotted_quad = all(p.isdigit() for p in labels)
+    ok = not dotted_quad and len(value) <= 253 and all(
+        re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", p) for p in labels)
+    if not ok:
+        raise typer.BadParameter(f"is not an IP address or host name, got {cut(value)}")
+    return value
+
+
+def text(limit: int) -> Callable:
+    """Free text of at most ``limit`` characters, on one line."""
+
+    def check(value: str | None) -> str | None:
+        if value is None:
+            return value
+        if len(value) > limit:
+            raise typer.BadParameter(f"is {len(value)} characters long; at most {limit} are kept")
+        if any(c in value for c in "\r\n\0"):
+            raise typer.BadParameter("must be one line (no newline or NUL)")
+        return value
+
+    return check
+
+
+def name(value: str | None) -> str | None:
+    """A node, drill or pool id: one word of printable characters, at most 253 of them."""
+    if value is None:
+        return value
+    if not value or len(value) > 253 or any(c.isspace() or not c.isprintable() for c in value):
+        raise typer.BadParameter(f"is not an id (one word, at most 253 printable characters): {cut(value)}")
+    return value
+
+
+def cut(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: what an error echoes of a user's input."""
+    r = repr(value)
+    return r if len(r) <= limit else r[: limit - 1] + "…'"
