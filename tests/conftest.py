@@ -34,3 +34,23 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
     monkeypatch.setenv("SPOTCTL_SYSTEM_CONFIG", str(tmp_path / "etc-spotctl.toml"))
     yield
+
+
+#: The bearer token of the reference audit receiver the ``receiver`` fixture runs.
+AUDIT_TOKEN = "t0ken-for-tests"
+
+
+@pytest.fixture
+def receiver(tmp_path):
+    """The real reference audit receiver (spotctl.services.audit_receiver) on a free loopback port."""
+    import threading
+
+    from spotctl.services.audit_receiver import make_server
+
+    server = make_server(tmp_path / "receiver.db", AUDIT_TOKEN, port=0)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    server.ledger.close()

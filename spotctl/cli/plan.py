@@ -30,6 +30,9 @@ def plan(
     calendars, rate card, budget); --replay re-runs the planner on it, so a
     past decision can be explained and is shown to be reproducible.
 
+    Exit 7 when a source (cloud, feed, a scheduler) could not be read within
+    the observe deadline: the plan is then made without it, and says so.
+
     Example: spotctl plan --explain
     """
     st = state(ctx)

@@ -203,23 +203,20 @@ class _Connection(sqlite3.Connection):
 
     state_path: Path | None = None
 
-    def execute(self, sql, parameters=(), /):
+    def _translated(self, call, *args):
         try:
-            return super().execute(sql, parameters)
+            return call(*args)
         except sqlite3.Error as e:
             err = sqlite_error(self.state_path, e) if self.state_path is not None else None
             if err is None:
                 raise
             raise err from e
 
+    def execute(self, sql, parameters=(), /):
+        return self._translated(super().execute, sql, parameters)
+
     def executemany(self, sql, seq_of_parameters, /):
-        try:
-            return super().executemany(sql, seq_of_parameters)
-        except sqlite3.Error as e:
-            err = sqlite_error(self.state_path, e) if self.state_path is not None else None
-            if err is None:
-                raise
-            raise err from e
+        return self._translated(super().executemany, sql, seq_of_parameters)
 
 
 def _open_error(path: Path, e: sqlite3.Error) -> StateError:

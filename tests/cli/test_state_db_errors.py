@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from freezegun import freeze_time
 
+from tests.conftest import AUDIT_TOKEN
 from tests.fsutil import read_only
 
 BIN = Path(sys.executable).parent
-TOKEN = "state-db-tests-token"
+TOKEN = AUDIT_TOKEN
 
 
 @pytest.fixture
@@ -107,17 +108,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def receiver(tmp_path):
-    from spotctl.services.audit_receiver import make_server
-
-    server = make_server(tmp_path / "receiver.db", TOKEN, port=0)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    server.ledger.close()
 
 
 def _spotctl(*args: str) -> subprocess.CompletedProcess:

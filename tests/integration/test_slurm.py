@@ -383,7 +383,8 @@ def test_slurmrestd_down_degrades_the_pass(env, tmp_path):
     try:
         wait(lambda: not Path(f"/proc/{pid}").exists(), what="slurmrestd stopped")
         p = spotctl(env, tmp_path, "plan")
-        assert p.returncode == 0, p.stderr
+        assert p.returncode == 7, p.stderr  # a plan made without a source is partial, as a pass is
+        assert json.loads(p.stdout)["status"] == "partial"
         data = json.loads(p.stdout)["data"]
         assert "cannot connect to slurmrestd" in data["degraded"]["scheduler:slurm"]
         r = spotctl(env, tmp_path, "reconcile")

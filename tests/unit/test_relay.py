@@ -20,21 +20,10 @@ import pytest
 from spotctl.adapters.audit_http import AuditClient
 from spotctl.core.errors import AuthError, TemporaryError
 from spotctl.ops.relay import last_modes, mode_key, relay
-from spotctl.services.audit_receiver import make_server
 from spotctl.state.store import Store
+from tests.conftest import AUDIT_TOKEN
 
-TOKEN = "t0ken-for-tests"
-
-
-@pytest.fixture
-def receiver(tmp_path):
-    server = make_server(tmp_path / "receiver.db", TOKEN, port=0)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    server.ledger.close()
+TOKEN = AUDIT_TOKEN
 
 
 @pytest.fixture
