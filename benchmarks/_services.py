@@ -15,5 +15,7 @@ def env_of(name: str) -> dict:
 
 
 def pct(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(q * len(v)))]
+    """The project's one percentile definition (nearest rank, :func:`spotctl.core.stats.percentile`)."""
+    from spotctl.core.stats import percentile
+
+    return percentile(values, q)

@@ -54,7 +54,8 @@ def bootstrap() -> str:
 
 
 def _fill(store, n: int) -> None:
-    from spotctl.state.store import canonical, iso
+    from spotctl.core.audit import canonical
+    from spotctl.state.store import iso
 
     t0 = 1767571200.0
     states = ["intended", "building", "active", "draining", "deleting", "gone"]

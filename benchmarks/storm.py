@@ -44,7 +44,7 @@ from spotctl.core.ports import SystemClock  # noqa: E402
 from spotctl.ops import watch as fast  # noqa: E402
 from spotctl.ops.act import drain_batch  # noqa: E402
 from spotctl.ops.runtime import Runtime  # noqa: E402
-from spotctl.core.planner import Action  # noqa: E402
+from spotctl.core.actions import Action  # noqa: E402
 from spotctl.core.budget import Priority  # noqa: E402
 from spotctl.sim.world import SimWorld  # noqa: E402
 from spotctl.state.store import Store  # noqa: E402

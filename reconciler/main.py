@@ -213,7 +213,13 @@ def write_metrics(path: str, result) -> None:
 
 def run() -> None:
     t0 = time.monotonic()
-    code = main()
+    try:
+        code = main()
+    finally:
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM):  # done: a late signal must not turn the exit code into -N
+            signal.signal(sig, signal.SIG_IGN)
     log.debug("exit %s after %.3fs", code, time.monotonic() - t0)
     sys.exit(code)
 

@@ -127,7 +127,7 @@ def _ports(region: RegionConfig, path: Path, clock: Clock):
         cloud, contract = world.cloud, world.contract
         concurrent = False
     else:
-        cloud = _adapter(region, "openstack")
+        cloud = _adapter(region, "openstack", clock)
         contract = None
     if region.section("contract") is not None:
         contract = _adapter(region, "contract")
@@ -138,14 +138,15 @@ def _ports(region: RegionConfig, path: Path, clock: Clock):
     schedulers = []
     for kind in ("kubernetes", "slurm"):
         if region.section(kind) is not None:
-            schedulers.append(_adapter(region, kind))
+            schedulers.append(_adapter(region, kind, clock))
             concurrent = True
         elif world is not None:
             schedulers.extend(s for s in world.schedulers if s.name == kind)
     return cloud, contract, schedulers, concurrent, world
 
 
-# adapter section -> (module, class); each class has ``from_config(region: RegionConfig)``.
+# adapter section -> (module, class); each class has ``from_config(region: RegionConfig)``, and those that read
+# the time ``from_config(region, clock=...)`` (openstack, slurm, kubernetes): the runtime's one Clock.
 ADAPTERS = {
     "openstack": ("spotctl.adapters.openstack", "OpenStackCloud"),
     "slurm": ("spotctl.adapters.slurm", "SlurmScheduler"),
@@ -156,7 +157,7 @@ ADAPTERS = {
 }
 
 
-def _adapter(region: RegionConfig, name: str):
+def _adapter(region: RegionConfig, name: str, clock: Clock | None = None):
     import importlib
 
     module, cls = ADAPTERS[name]
@@ -168,7 +169,8 @@ def _adapter(region: RegionConfig, name: str):
         raise ConfigError(
             f"region {region.name!r} configures [{name}], which this build of spotctl does not provide",
             hint="remove the table to use the embedded simulator for that part") from None
-    return getattr(mod, cls).from_config(region)
+    factory = getattr(mod, cls).from_config
+    return factory(region) if clock is None else factory(region, clock=clock)
 
 
 def sim_world_factory(region: RegionConfig, start: float, seed: int):

@@ -21,7 +21,7 @@ from spotctl.core.models import (
     SlurmBinding,
     WorkUnit,
 )
-from spotctl.core.planner import build_input
+from spotctl.core.plan_input import build_input
 
 NOW = 1_800_000_000.0
 

@@ -9,9 +9,12 @@ Region table ``[regions.R.audit]``::
 
 Each record is sent with its id as the idempotency key, so a batch retried
 after a lost answer (or re-sent after a crash) is acknowledged as
-``duplicate`` and stored once. 5xx, 429, timeouts and refused connections end
-the attempt at once (no retry loop, no sleep): the rows stay queued and the
-next pass sends them again. The relay runs after the pass lock is released.
+``duplicate`` and stored once. Errors follow the one HTTP rule of
+:mod:`spotctl.adapters._http` (5xx, 429, timeouts: TemporaryError; a refused
+connection: UnavailableError; 401/403: AuthError); any of them ends the attempt
+at once (no retry loop, no sleep): the rows stay queued and the next pass sends
+them again. The relay runs after the pass lock is released. A ``token_file`` is
+re-read when it changes (rotation).
 """
 
 from __future__ import annotations
@@ -19,26 +22,28 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
 from spotctl.core.config import RegionConfig
-from spotctl.core.errors import AuthError, ConfigError, NotFoundError, TemporaryError, UnavailableError
+from spotctl.core.errors import ConfigError, SpotctlError, TemporaryError
+from spotctl.core.secrets import SecretFile
+
+from . import _http
 
 log = logging.getLogger(__name__)
 
 ACKNOWLEDGED = ("created", "duplicate")
-RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+QUEUED = "the records stay queued in the outbox; the next pass sends them again"
 
 
 class AuditClient:
     """Talks to one audit log service; implements ``spotctl.ops.relay.Outlet``."""
 
-    def __init__(self, url: str, token: str, *, timeout_seconds: float = 5.0,
+    def __init__(self, url: str, token: str | SecretFile, *, timeout_seconds: float = 5.0,
                  ca_file: str | None = None, batch_size: int = 200):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"audit: url must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
-        self._token = token
+        self._token = token  # a SecretFile is read on each request (re-read when rotated)
         self.timeout_seconds = float(timeout_seconds)
         self.verify: bool | str = ca_file or True
         self.batch_size = max(1, min(1000, int(batch_size)))  # records per POST (the service takes <= 1000)
@@ -54,12 +59,10 @@ class AuditClient:
         t = region.section("audit") or {}
         if not t.get("url"):
             raise ConfigError(f"region {region.name!r}: [audit] needs url")
-        token = t.get("token")
+        token: str | SecretFile | None = t.get("token")
         if t.get("token_file"):
-            try:
-                token = Path(t["token_file"]).expanduser().read_text().strip()
-            except OSError as e:
-                raise ConfigError(f"region {region.name!r}: cannot read audit.token_file: {e.strerror}") from None
+            token = SecretFile(t["token_file"], setting=f"regions.{region.name}.audit.token_file")
+            token.value()  # a missing or empty file is a ConfigError now, not at the first delivery
         if not token:
             raise ConfigError(f"region {region.name!r}: [audit] needs token_file (or token)")
         return cls(t["url"], token, timeout_seconds=t.get("timeout_seconds", 5.0), ca_file=t.get("ca_file"),
@@ -111,42 +114,31 @@ class AuditClient:
     # -- HTTP, one attempt -----------------------------------------------------------
 
     def _request(self, method: str, path: str, *, json_body=None, params=None) -> dict:
-        """One HTTP attempt, bounded by ``timeout_seconds``. A temporary failure (5xx, 429, timeout, refused)
-        is a TemporaryError at once: no retry loop and no sleep (a pass never waits); the rows stay queued
-        and the next pass sends them again (the service stores each record once, by its id)."""
+        """One HTTP attempt, bounded by ``timeout_seconds``; errors by the rule of ``_http``. No retry loop and
+        no sleep (a pass never waits): the rows stay queued and the next pass sends them again (the service
+        stores each record once, by its id). ``last_error`` says why the attempt failed."""
         import requests
 
         if self._session is None:
             self._session = requests.Session()
         self.attempts += 1
+        what = f"audit service {method} {path}"
+        token = self._token.value() if isinstance(self._token, SecretFile) else self._token
         try:
-            resp = self._session.request(method, self.url + path, json=json_body, params=params,
-                                         timeout=self.timeout_seconds, verify=self.verify,
-                                         headers={"Authorization": f"Bearer {self._token}"})
-        except requests.Timeout:
-            last = f"no answer within {self.timeout_seconds:g}s"
-        except requests.ConnectionError as e:
-            last = f"cannot connect ({type(e).__name__})"
-        except requests.RequestException as e:
-            raise UnavailableError(f"audit service {self.url}: {type(e).__name__}: {e}") from None
-        else:
-            if resp.status_code < 300:
-                try:
-                    return resp.json()
-                except ValueError:
-                    last = f"HTTP {resp.status_code} with a body that is not JSON"
-            elif resp.status_code in (401, 403):
-                raise AuthError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})",
-                                hint="check [audit] token_file")
-            elif resp.status_code == 404 and method == "GET":
-                raise NotFoundError(f"audit service {self.url}: {_message(resp)}")
-            elif resp.status_code not in RETRY_STATUS:
-                raise UnavailableError(f"audit service {self.url}: HTTP {resp.status_code} ({_message(resp)})")
-            else:
-                last = f"HTTP {resp.status_code} ({_message(resp)})"
-        self.last_error = last
-        raise TemporaryError(f"audit service {self.url}: {last}",
-                             hint="the records stay queued in the outbox; the next pass sends them again")
+            resp = _http.send(self._session, method, self.url + path, what=what, peer=self.url,
+                              timeout=self.timeout_seconds, json=json_body, params=params, verify=self.verify,
+                              headers={"Authorization": f"Bearer {token}"}, unreachable_hint=QUEUED)
+            if resp.status_code >= 300:
+                raise _http.status_error(resp.status_code, f"{what}: HTTP {resp.status_code} ({_message(resp)})",
+                                         auth_hint="check [audit] token_file", hint=QUEUED)
+            try:
+                return resp.json()
+            except ValueError:
+                raise TemporaryError(f"{what}: HTTP {resp.status_code} with a body that is not JSON",
+                                     hint=QUEUED) from None
+        except SpotctlError as e:
+            self.last_error = e.message
+            raise
 
 
 def _message(resp) -> str:

@@ -12,11 +12,12 @@ Configured per region::
     token_file = "/etc/spotctl/contract.token"  # or token = "..." (bearer)
     timeout_seconds = 10                        # per request (long-polls add their wait)
 
-Errors are translated here: 401/403 → AuthError, 404 → NotFoundError,
-400 → RefusedError, 409/429/5xx/timeouts → TemporaryError, connection refused
-→ UnavailableError. One attempt per call, no retry loop and no sleep (a pass or
+Errors follow the one HTTP rule of :mod:`spotctl.adapters._http` (401/403 → AuthError,
+404 → NotFoundError, 400/422 → RefusedError, 409/429/5xx/timeouts → TemporaryError, connection
+refused → UnavailableError). One attempt per call, no retry loop and no sleep (a pass or
 the watcher never waits on the feed): the next pass asks again; a reclaim is
-sent with an idempotency key, so asking again never reclaims twice. The rate card is fetched
+sent with an idempotency key, so asking again never reclaims twice. A ``token_file`` is
+re-read when it changes (rotation, :class:`~spotctl.core.secrets.SecretFile`). The rate card is fetched
 with ``If-None-Match``; on 304 the card held is returned. Feed bodies are
 checked: a malformed rate card is an UnavailableError; a malformed notice is
 skipped, counted in ``rejected`` and logged. ``requests`` is imported on the
@@ -28,42 +29,19 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from datetime import datetime
-from pathlib import Path
 
 from spotctl.core import deadline
 from spotctl.core.config import RegionConfig
-from spotctl.core.errors import (
-    AuthError,
-    ConfigError,
-    NotFoundError,
-    RefusedError,
-    TemporaryError,
-    UnavailableError,
-)
+from spotctl.core.errors import ConfigError, NotFoundError, UnavailableError
 from spotctl.core.models import Notice, NoticeKind, RateCard, Reclaim, ReclaimReceipt
+from spotctl.core.secrets import SecretFile
+from spotctl.core.timefmt import parse_ts
+
+from . import _http
 
 log = logging.getLogger(__name__)
 
 _KINDS = {k.value: k for k in NoticeKind}
-
-
-def parse_ts(value: object) -> float | None:
-    """An RFC 3339 timestamp (or epoch seconds) as epoch seconds; None stays None."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        t = float(value)
-    elif isinstance(value, str):
-        dt = datetime.fromisoformat(value.replace("z", "Z"))
-        if dt.tzinfo is None:
-            raise ValueError(f"timestamp {value!r} has no time zone")
-        t = dt.timestamp()
-    else:
-        raise ValueError(f"not a timestamp: {value!r}")
-    if not math.isfinite(t):
-        raise ValueError(f"not a finite timestamp: {value!r}")
-    return t
 
 
 class ContractFeed:
@@ -72,11 +50,11 @@ class ContractFeed:
     provides_notices = True
     remote = True  # its calls cross the network: a pass reads it in a thread, under its observe deadline
 
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = 10.0, session=None):
+    def __init__(self, url: str, *, token: str | SecretFile | None = None, timeout: float = 10.0, session=None):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"contract url {url!r} must start with http:// or https://")
         self.url = url.rstrip("/")
-        self._token = token
+        self._token = token  # a SecretFile is read on each request (re-read when rotated)
         self.timeout = float(timeout)
         self._session = session
         # (ETag, card): one value, replaced whole, so that a read a pass stopped waiting for (it ends in
@@ -90,21 +68,16 @@ class ContractFeed:
         where = f"regions.{region.name}.contract"
         if not sec.get("url"):
             raise ConfigError(f"{where}.url is required (the contract API's base URL)")
-        token = sec.get("token")
+        token: str | SecretFile | None = sec.get("token") or None
         if sec.get("token_file"):
             if token:
                 raise ConfigError(f"{where}: set token or token_file, not both")
-            path = Path(sec["token_file"]).expanduser()
-            try:
-                token = path.read_text(encoding="utf-8").strip()
-            except OSError as e:
-                raise ConfigError(f"{where}.token_file {path}: cannot read it ({e.strerror})") from None
-            if not token:
-                raise ConfigError(f"{where}.token_file {path} is empty")
+            token = SecretFile(sec["token_file"], setting=f"{where}.token_file")
+            token.value()  # a missing or empty file is a ConfigError now, not at the first request
         timeout = sec.get("timeout_seconds", 10.0)
         if not timeout > 0:
             raise ConfigError(f"{where}.timeout_seconds must be > 0")
-        return cls(sec["url"], token=token or None, timeout=timeout)
+        return cls(sec["url"], token=token, timeout=timeout)
 
     def __repr__(self) -> str:  # never shows the token
         return f"<ContractFeed {self.url}>"
@@ -284,10 +257,12 @@ class ContractFeed:
             s = requests.Session()
             s.headers["Accept"] = "application/json"
             s.headers["User-Agent"] = "spotctl-contract-feed"
-            if self._token:
-                s.headers["Authorization"] = f"Bearer {self._token}"
             self._session = s
         return self._session
+
+    def _auth(self) -> dict:
+        token = self._token.value() if isinstance(self._token, SecretFile) else self._token
+        return {"Authorization": f"Bearer {token}"} if token else {}
 
     def close(self) -> None:
         if self._session is not None:
@@ -296,24 +271,13 @@ class ContractFeed:
 
     def _request(self, method: str, path: str, *, params=None, json=None, headers=None, timeout=None,
                  ok=(200,)):
-        import requests
-
-        url = self.url + path
+        """One attempt (no retry, no sleep: the next pass asks again); errors by the rule of ``_http``."""
         what = f"contract feed {method} {path}"
         timeout = deadline.bounded(timeout or self.timeout)  # inside a pass's observe: no longer than the time left
-        try:
-            resp = self._sess().request(method, url, params=params, json=json, headers=headers,
-                                        timeout=timeout, allow_redirects=False)
-        except requests.Timeout:
-            raise TemporaryError(f"{what}: no answer from {self.url} within {timeout:.3g} s") from None
-        except requests.ConnectionError as e:
-            if _refused(e):
-                raise UnavailableError(f"{what}: connection to {self.url} refused",
-                                       hint="is the contract API up? (`spotctl sim serve` for the simulator)"
-                                       ) from None
-            raise TemporaryError(f"{what}: connection to {self.url} failed ({type(e).__name__})") from None
-        except requests.RequestException as e:
-            raise UnavailableError(f"{what}: {type(e).__name__}: {e}") from None
+        resp = _http.send(self._sess(), method, self.url + path, what=what, peer=self.url, timeout=timeout,
+                          params=params, json=json, headers={**self._auth(), **(headers or {})},
+                          allow_redirects=False,
+                          unreachable_hint="is the contract API up? (`spotctl sim serve` for the simulator)")
         if resp.status_code in ok:
             return resp
         raise self._translate(resp, what)
@@ -326,28 +290,32 @@ class ContractFeed:
             message = str(body["error"]["message"])[:300]
         except (ValueError, KeyError, TypeError):
             message = (resp.text or "")[:200].strip()
-        detail = f"{what}: HTTP {code}" + (f": {message}" if message else "")
-        if code in (401, 403):
-            return AuthError(detail, hint="check the region's [contract] token or token_file")
-        if code == 404:
-            return NotFoundError(detail)
-        if code in (409, 429) or code >= 500:
-            return TemporaryError(detail)
-        if code in (400, 422):
-            return RefusedError(detail)
-        return UnavailableError(detail)
+        return _http.status_error(code, f"{what}: HTTP {code}" + (f": {message}" if message else ""),
+                                  auth_hint="check the region's [contract] token or token_file")
+
+    # --- the simulator's extension (not part of the contract) -----------------------------------
+
+    def world(self) -> dict:
+        """``GET /sim/v1/world`` of a running ``spotctl sim serve``: world time, pools, instances."""
+        try:
+            return self._json(self._request("GET", "/sim/v1/world"))
+        except NotFoundError as e:
+            raise NotFoundError(f"{self.url} is not a spotctl simulator (no /sim/v1/world): {e.message}") from None
 
 
-def _refused(e: Exception) -> bool:
-    seen = set()
-    cur: BaseException | None = e
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, ConnectionRefusedError) or "Connection refused" in str(cur) \
-                or "Errno 111" in str(cur):
-            return True
-        nxt = cur.__cause__ or cur.__context__
-        if nxt is None and cur.args and isinstance(cur.args[0], BaseException):
-            nxt = cur.args[0]
-        cur = nxt
-    return False
+def world_status(region: RegionConfig, *, url: str | None = None, token: str | None = None,
+                 timeout: float = 5.0) -> dict:
+    """The world of a running ``spotctl sim serve`` for ``region``: URL and token default to its
+    ``[contract]`` table (``token`` or ``token_file``), else ``http://127.0.0.1:8787`` without auth."""
+    sec = region.section("contract") or {}
+    if url is None:
+        url = sec.get("url") or "http://127.0.0.1:8787"
+    secret: str | SecretFile | None = token
+    if secret is None:
+        secret = sec.get("token") or (SecretFile(sec["token_file"], setting=f"regions.{region.name}.contract.token_file")
+                                      if sec.get("token_file") else None)
+    feed = ContractFeed(url, token=secret, timeout=timeout)
+    try:
+        return feed.world()
+    finally:
+        feed.close()

@@ -11,7 +11,7 @@ Region table ``[regions.R.kafka]``::
     security_protocol = "SASL_SSL"   # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
     sasl_mechanism = "SCRAM-SHA-512"
     sasl_plain_username = "spotctl"
-    sasl_plain_password = "..."      # or sasl_password_file
+    sasl_plain_password = "..."      # or sasl_password_file (re-read at each connection: rotation)
     ssl_cafile = "/etc/ssl/certs/kafka-ca.pem"
 
 Guarantees: ``acks=all`` and an idempotent producer (no broker-side duplicates
@@ -44,11 +44,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import AuthError, ConfigError, TemporaryError, UnavailableError
+from spotctl.core.secrets import SecretFile
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +98,10 @@ class KafkaRelay:
                               hint='e.g. bootstrap_servers = "kafka1:9092,kafka2:9092"')
         security = {k: t[k] for k in _SECURITY_KEYS if k in t}
         if t.get("sasl_password_file"):
-            try:
-                security["sasl_plain_password"] = Path(t["sasl_password_file"]).read_text().strip()
-            except OSError as e:
-                raise ConfigError(f"kafka: cannot read sasl_password_file: {e.strerror}") from None
+            secret = SecretFile(t["sasl_password_file"], setting=f"regions.{region.name}.kafka.sasl_password_file",
+                                spaces_ok=True)
+            secret.value()  # a missing or empty file is a ConfigError now, not at the first connection
+            security["sasl_plain_password"] = secret
         wait = float(t.get("max_wait_seconds", 10))
         if wait <= 0:
             raise ConfigError(f"region {region.name!r}: kafka.max_wait_seconds must be > 0")
@@ -154,13 +154,17 @@ class KafkaRelay:
             bootstrap_servers=self.bootstrap_servers, client_id=self.client_id, acks="all", linger_ms=self.linger_ms,
             batch_size=256 * 1024, max_block_ms=ms, request_timeout_ms=max(1000, min(ms, 30000)),
             delivery_timeout_ms=max(ms + 1000, min(ms, 30000) + self.linger_ms + 1),
-            bootstrap_timeout_ms=ms, reconnect_backoff_max_ms=1000, retry_backoff_ms=100, **self.security)
+            bootstrap_timeout_ms=ms, reconnect_backoff_max_ms=1000, retry_backoff_ms=100, **self._security())
         if mode == "transactional":
             cfg["transactional_id"] = self.transactional_id
             cfg["transaction_timeout_ms"] = max(10000, 6 * ms)
         else:
             cfg["enable_idempotence"] = mode == "idempotent"
         return cfg
+
+    def _security(self) -> dict[str, Any]:
+        """The security settings, with a password file read as it is now (each connection re-reads it)."""
+        return {k: v.value() if isinstance(v, SecretFile) else v for k, v in self.security.items()}
 
     def _offered(self) -> set[int]:
         """The API keys the broker advertises (ApiVersions), through kafka-python's public admin client."""
@@ -169,7 +173,7 @@ class KafkaRelay:
         ms = int(self.max_wait_seconds * 1000)
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, client_id=self.client_id,
                                  request_timeout_ms=max(1000, min(ms, 30000)), bootstrap_timeout_ms=ms,
-                                 reconnect_backoff_max_ms=1000, retry_backoff_ms=100, **self.security)
+                                 reconnect_backoff_max_ms=1000, retry_backoff_ms=100, **self._security())
         try:
             return {int(k) for k in admin.api_versions()}
         finally:

@@ -20,8 +20,10 @@ Implements :class:`spotctl.core.ports.SchedulerPort`:
   still blocked are deleted at the deadline), **resume** (remove the taint; uncordon only what
   we cordoned) and **forget** (delete the Node object).
 
-Errors are translated here: 401/403 → AuthError, 404 → NotFoundError, 409/429/5xx/timeouts →
-TemporaryError, connection refused → UnavailableError. Tokens are never logged.
+Errors follow the one HTTP rule of :mod:`spotctl.adapters._http`: 401/403 → AuthError, 404 →
+NotFoundError, 400/422 → RefusedError, 409/410/429/5xx/timeouts → TemporaryError, connection refused →
+UnavailableError. Tokens are never logged; a token file (``tokenFile``, ``token_file``, the in-cluster
+service-account token) is re-read when it changes (rotation).
 
 Region table ``[regions.R.kubernetes]`` (every key optional):
 
@@ -65,7 +67,6 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -77,12 +78,16 @@ from spotctl.core.errors import (
     AuthError,
     ConfigError,
     NotFoundError,
+    RefusedError,
     SpotctlError,
     TemporaryError,
-    UnavailableError,
 )
 from spotctl.core.models import DrainProgress, Exclusion, NodeUsage, PoolSpec, Scheduler, Shape, WorkUnit
 from spotctl.core.ports import Clock, SystemClock
+from spotctl.core.secrets import SecretFile
+from spotctl.core.timefmt import iso, parse_ts
+
+from . import _http
 
 if TYPE_CHECKING:  # pragma: no cover
     import requests
@@ -302,16 +307,11 @@ class PodView:
 
 
 def _ts(text: str | None) -> float:
-    if not text:
-        return 0.0
+    """A metav1.Time (RFC 3339, UTC) as epoch seconds; 0.0 when it is missing or malformed."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_ts(text, assume_utc=True) or 0.0
     except ValueError:
         return 0.0
-
-
-def _rfc3339(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def digest(pod: dict, settings: Settings) -> PodView:
@@ -417,25 +417,15 @@ class Api:
             self.session.cert = (conn.client_cert, conn.client_key) if conn.client_key else conn.client_cert
         if conn.username is not None:
             self.session.auth = (conn.username, conn.password or "")
-        self._token_cache: tuple[float, str] | None = None
-        self._lock = threading.Lock()
+        self._token_file = (SecretFile(conn.token_file, setting=f"the Kubernetes token file ({conn.source})")
+                            if conn.token_file and not conn.token else None)
         self.files: _DataFiles | None = None  # kubeconfig *-data files live as long as the client
 
     def _token(self) -> str | None:
         """The bearer token; a token file is re-read when it changes (service-account tokens rotate)."""
         if self.conn.token:
             return self.conn.token
-        if not self.conn.token_file:
-            return None
-        try:
-            mtime = os.stat(self.conn.token_file).st_mtime
-            with self._lock:
-                if self._token_cache is None or self._token_cache[0] != mtime:
-                    token = Path(self.conn.token_file).read_text(encoding="utf-8").strip()
-                    self._token_cache = (mtime, token)
-                return self._token_cache[1]
-        except OSError as e:
-            raise AuthError(f"cannot read the Kubernetes token file {self.conn.token_file}: {e.strerror}") from None
+        return self._token_file.value() if self._token_file is not None else None
 
     def _headers(self, extra: dict | None = None) -> dict:
         h = dict(extra or {})
@@ -444,26 +434,20 @@ class Api:
             h["Authorization"] = f"Bearer {token}"
         return h
 
+    def _send(self, method: str, path: str, what: str, timeout: tuple[float, float], **kw: Any):
+        """One request (no retry, no sleep: the next pass asks again); no answer is an error by the rule of ``_http``."""
+        return _http.send(self.session, method, self.base + path, what=f"kubernetes: {what}",
+                          peer=f"the Kubernetes API at {self.base}", timeout=timeout,
+                          tls_hint="check the CA (certificate-authority) and client certificate", **kw)
+
     def request(self, method: str, path: str, *, params: dict | None = None, body: Any = None,
                 content_type: str = "application/json", ok: tuple[int, ...] = ()) -> tuple[int, dict]:
         """Send one request; return (status, JSON body). Statuses in ``ok`` are returned, not raised."""
-        import requests
-
         data = None if body is None else json.dumps(body)
         headers = self._headers({"Content-Type": content_type} if data is not None else None)
-        try:
-            t = deadline.bounded(self.timeout)  # inside a pass's observe: no longer than the time left
-            r = self.session.request(method, self.base + path, params=params, data=data, headers=headers,
-                                     timeout=(min(t, 5.0), t))
-        except requests.exceptions.Timeout:
-            raise TemporaryError(f"Kubernetes API {self.base} timed out on {method} {path}") from None
-        except requests.exceptions.SSLError as e:
-            raise UnavailableError(f"TLS to the Kubernetes API {self.base} failed: {_reason(e)}",
-                                   hint="check the CA (certificate-authority) and client certificate") from None
-        except requests.exceptions.ConnectionError as e:
-            raise UnavailableError(f"Kubernetes API {self.base} is unreachable: {_reason(e)}") from None
-        except requests.exceptions.RequestException as e:
-            raise UnavailableError(f"Kubernetes API {self.base}: {_reason(e)}") from None
+        t = deadline.bounded(self.timeout)  # inside a pass's observe: no longer than the time left
+        r = self._send(method, path, f"{method} {path}", (min(t, 5.0), t), params=params, data=data,
+                       headers=headers)
         try:
             payload = r.json() if r.content else {}
         except ValueError:
@@ -478,13 +462,8 @@ class Api:
         import requests
 
         params = dict(params, watch="true", allowWatchBookmarks="true", timeoutSeconds=str(max(1, int(limit))))
-        try:
-            r = self.session.get(self.base + path, params=params, headers=self._headers(), stream=True,
-                                 timeout=(min(self.timeout, 5.0), max(self.timeout, limit + 5)))
-        except requests.exceptions.Timeout:
-            raise TemporaryError(f"Kubernetes API {self.base} timed out opening a watch on {path}") from None
-        except requests.exceptions.ConnectionError as e:
-            raise UnavailableError(f"Kubernetes API {self.base} is unreachable: {_reason(e)}") from None
+        r = self._send("GET", path, f"WATCH {path}", (min(self.timeout, 5.0), max(self.timeout, limit + 5)),
+                       params=params, headers=self._headers(), stream=True)
         with r:
             if r.status_code == 410:
                 raise _Expired()
@@ -524,28 +503,20 @@ class Api:
                 raise _Dropped() from None
 
 
-def _reason(e: Exception) -> str:
-    text = str(e)
-    m = re.search(r"\[Errno \d+\] ([^')\]]+)", text)
-    if m:
-        return m.group(1)
-    if "Connection refused" in text:
-        return "connection refused"
-    return text[:200]
-
-
 def translate(status: int, payload: dict, what: str, base: str) -> SpotctlError:
-    """An HTTP error status (with its metav1.Status body) as a spotctl error."""
+    """An HTTP error status (with its metav1.Status body) as a spotctl error: the class by the rule of
+    ``_http`` (410 — an expired resourceVersion or continue token — is a TemporaryError: list again)."""
     message = payload.get("message") if isinstance(payload, dict) else None
     detail = f"{what}: HTTP {status}" + (f" {message}" if message else "")
-    if status in (401, 403):
+    cls = _http.error_class(status)
+    if cls is AuthError:
         return AuthError(f"Kubernetes API {base} refused the credentials ({detail})",
                          hint="check the token or client certificate in the kubeconfig, and the RBAC rules")
-    if status == 404:
+    if cls is NotFoundError:
         return NotFoundError(f"Kubernetes: {detail}")
-    if status in (409, 410, 429) or status >= 500:
-        return TemporaryError(f"Kubernetes API {base}: {detail}")
-    return SpotctlError(f"Kubernetes API {base} rejected the request ({detail})")
+    if cls is RefusedError:
+        return RefusedError(f"Kubernetes API {base} rejected the request ({detail})")
+    return cls(f"Kubernetes API {base}: {detail}")
 
 
 # --- connection sources ---------------------------------------------------------------------
@@ -687,7 +658,7 @@ class KubernetesScheduler:
                       "malformed": 0}
 
     @classmethod
-    def from_config(cls, region: RegionConfig) -> "KubernetesScheduler":
+    def from_config(cls, region: RegionConfig, clock: Clock | None = None) -> "KubernetesScheduler":
         """Build from ``[regions.R.kubernetes]`` (see the module docstring for the keys)."""
         sec = dict(region.section("kubernetes") or {})
         files = _DataFiles()
@@ -717,7 +688,7 @@ class KubernetesScheduler:
         api = Api(conn, timeout=float(settings.timeout_seconds))
         api.files = files
         log.debug("kubernetes: %s via %s", conn.server, conn.source)
-        return cls(api, settings)
+        return cls(api, settings, clock)
 
     # -- paths
 
@@ -959,7 +930,7 @@ class KubernetesScheduler:
         must end; with ``closed`` (the planner found the window shorter than the work that could land), a
         ``spotctl.io/window-closing`` NoSchedule taint keeps new pods off — a pod known to be short may
         tolerate it. ``until=None`` removes both. Kubernetes itself knows no durations, hence the taint."""
-        stamp = None if until is None else _rfc3339(until)
+        stamp = None if until is None else iso(until)
 
         def change(obj: dict) -> dict | None:
             spec = obj.get("spec") or {}

@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from typing import Any
 
 from spotctl.core.config import RegionConfig
@@ -50,6 +49,10 @@ from spotctl.core.errors import (
     UnavailableError,
 )
 from spotctl.core.models import HostCapacity, Instance, PoolKind, PoolSpec, Quota, Reservation, Shape
+from spotctl.core.ports import Clock, SystemClock
+from spotctl.core.timefmt import parse_ts
+
+from . import _http
 
 log = logging.getLogger(__name__)
 
@@ -112,21 +115,22 @@ def _options(region: RegionConfig) -> Options:
 
 
 def _ts(value: str | None) -> float:
-    """An OpenStack timestamp ('2024-05-01T10:00:00Z', '…:00.000000', '2024-05-01 10:00') as epoch seconds (UTC)."""
+    """An OpenStack timestamp ('2024-05-01T10:00:00Z', '…:00.000000', '2024-05-01 10:00') as epoch seconds;
+    without a zone it is UTC (as the APIs document). 0.0 when there is none; ValueError when malformed."""
     if not value:
         return 0.0
-    v = value.strip().replace(" ", "T").rstrip("Z")
-    v = re.sub(r"[+-]00:?00$", "", v)
-    for fmt in ("%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"):
-        try:
-            return datetime.strptime(v, fmt).replace(tzinfo=timezone.utc).timestamp()
-        except ValueError:
-            continue
-    raise ValueError(f"unrecognised timestamp {value!r}")
+    try:
+        t = parse_ts(value.strip(), assume_utc=True)
+    except ValueError:
+        raise ValueError(f"unrecognised timestamp {value!r}") from None
+    return t or 0.0
 
 
 def translate(exc: BaseException, what: str) -> SpotctlError:
-    """An SDK/HTTP error as one of spotctl's errors (the adapter's boundary)."""
+    """An SDK/HTTP error as one of spotctl's errors (the adapter's boundary). The SDK raises its own
+    exceptions, so this mapping is the adapter's; an HTTP status they carry means what the one rule of
+    :mod:`spotctl.adapters._http` says, after OpenStack's own addition: a 400 or 403 that says "quota
+    exceeded" or "no valid host" is a CapacityError (no room in that pool)."""
     from keystoneauth1 import exceptions as ka
     from openstack import exceptions as os_exc
 
@@ -144,6 +148,8 @@ def translate(exc: BaseException, what: str) -> SpotctlError:
                         ka.catalog.EndpointNotFound, ka.RetriableConnectionFailure)):
         if isinstance(exc, ka.ConnectTimeout) or "timed out" in msg.lower():
             return TemporaryError(f"{what}: timed out: {msg}")
+        if _http.broke_off(exc):  # connected, then the exchange broke off: not now, as the HTTP rule says
+            return TemporaryError(f"{what}: the connection broke off: {msg}")
         return UnavailableError(f"{what}: cloud endpoint unreachable: {msg}")
     if isinstance(exc, ka.http.Unauthorized):
         return AuthError(f"{what}: {msg}")
@@ -151,21 +157,21 @@ def translate(exc: BaseException, what: str) -> SpotctlError:
     if isinstance(exc, ka.http.HttpError) and status is None:
         status = exc.http_status
     if status is not None:
+        status = int(status)
         low = msg.lower()
-        if status == 401:
-            return AuthError(f"{what}: the cloud refused the credentials: {msg}")
         if status == 403 and "quota exceeded" in low:
             return CapacityError(f"{what}: {msg}")
-        if status == 403:
-            return AuthError(f"{what}: not allowed: {msg}", hint="spotctl's account needs the admin role to read "
-                             "Placement, Ironic and Blazar")
-        if status == 404:
-            return NotFoundError(f"{what}: {msg}")
-        if status in (409, 429) or status >= 500:
-            return TemporaryError(f"{what}: HTTP {status}: {msg}")
         if status == 400 and ("quota" in low or "no valid host" in low):
             return CapacityError(f"{what}: {msg}")
-        return UnavailableError(f"{what}: HTTP {status}: {msg}")
+        cls = _http.error_class(status)
+        if cls is AuthError and status == 403:
+            return AuthError(f"{what}: not allowed: {msg}", hint="spotctl's account needs the admin role to read "
+                             "Placement, Ironic and Blazar")
+        if cls is AuthError:
+            return AuthError(f"{what}: the cloud refused the credentials: {msg}")
+        if cls is NotFoundError:
+            return NotFoundError(f"{what}: {msg}")
+        return cls(f"{what}: HTTP {status}: {msg}")
     if isinstance(exc, (TimeoutError, os_exc.ResourceTimeout)):
         return TemporaryError(f"{what}: timed out: {msg}")
     if isinstance(exc, (ka.ClientException, os_exc.SDKException, OSError)):
@@ -186,8 +192,10 @@ class OpenStackCloud:
 
     remote = True  # its calls cross the network: a pass reads it in a thread, under its observe deadline
 
-    def __init__(self, region: RegionConfig, cloud: str, options: Options, *, connect: bool = True):
+    def __init__(self, region: RegionConfig, cloud: str, options: Options, *, connect: bool = True,
+                 clock: Clock | None = None):
         self.region = region
+        self.clock = clock or SystemClock()  # timestamps the adapter stamps (a server with no created_at yet)
         self.cloud_name = cloud
         self.reads_reservations = bool(options.blazar)  # [openstack] blazar = false: no reservation data
         self.options = options
@@ -203,7 +211,7 @@ class OpenStackCloud:
             self._authenticate()
 
     @classmethod
-    def from_config(cls, region: RegionConfig) -> "OpenStackCloud":
+    def from_config(cls, region: RegionConfig, clock: Clock | None = None) -> "OpenStackCloud":
         cloud = region.cloud or os.environ.get("OS_CLOUD")
         if not cloud:
             raise ConfigError(f"region {region.name!r} uses backend 'openstack' but names no cloud",
@@ -211,7 +219,7 @@ class OpenStackCloud:
         for name, pool in region.pools.items():
             if pool.kind is PoolKind.VM and not pool.flavor:
                 raise ConfigError(f"pool {name!r} of region {region.name!r} has no flavor")
-        return cls(region, cloud, _options(region))
+        return cls(region, cloud, _options(region), clock=clock)
 
     # -- session -------------------------------------------------------------------
 
@@ -443,7 +451,7 @@ class OpenStackCloud:
 
     def _blazar_hosts_reserved(self) -> dict[str, float]:
         """host -> start of its earliest lease that has not ended (HostCapacity.reserved_from)."""
-        now = time.time()
+        now = self.clock.now()
         out: dict[str, float] = {}
         for _lid, host, start, end in self._host_leases():
             if end > now and (host not in out or start < out[host]):
@@ -505,7 +513,7 @@ class OpenStackCloud:
             fault = (s.fault or {}).get("message", "") if isinstance(s.fault, dict) else str(s.fault or "")
         return Instance(id=s.id, name=s.name, pool=md.get(TAG_POOL) or tags.get(TAG_POOL, ""),
                         status=s.status or "BUILD", action_id=md.get(TAG_ACTION) or tags.get(TAG_ACTION, ""),
-                        host=s.compute_host or s.hypervisor_hostname, created_at=_ts(s.created_at) or time.time(),
+                        host=s.compute_host or s.hypervisor_hostname, created_at=_ts(s.created_at) or self.clock.now(),
                         fault=fault, no_room=s.status == "ERROR" and _no_room(fault))
 
     def instances(self) -> list[Instance]:
@@ -550,7 +558,7 @@ class OpenStackCloud:
         # No wait for the scheduler's verdict (rule 2): NoValidHost shows in a later pass as an ERROR
         # server with its fault (``Instance.no_room``); that pass fails the node and remembers the pool.
         return Instance(id=server.id, name=name, pool=pool.name, status="BUILD", action_id=action_id,
-                        created_at=time.time())
+                        created_at=self.clock.now())
 
     def _flavor(self, pool: PoolSpec):
         """The pool's Nova flavor (one flavor list per process); ConfigError when it does not exist."""
@@ -738,7 +746,7 @@ class OpenStackCloud:
         iid = IRONIC_PREFIX + a.node_id if a.node_id else ALLOC_PREFIX + a.id
         return _IronicInstance(id=iid, name=a.name or a.id, pool=ex.get(TAG_POOL, ""), status=status,
                                action_id=ex.get(TAG_ACTION, ""), host=n.name if n is not None else None,
-                               created_at=_ts(a.created_at) or time.time(), fault=fault, no_room=no_room, step=step,
+                               created_at=_ts(a.created_at) or self.clock.now(), fault=fault, no_room=no_room, step=step,
                                claim=ALLOC_PREFIX + a.id)
 
     def ironic_node_state(self, instance_id: str) -> dict:
@@ -772,7 +780,7 @@ class OpenStackCloud:
                  pool.name, action_id, alloc.id)
         return self._ironic_instance(alloc, None) if not alloc.node_id else Instance(
             id=IRONIC_PREFIX + alloc.node_id, name=name, pool=pool.name, status="BUILD", action_id=action_id,
-            created_at=time.time(), step="deploy")
+            created_at=self.clock.now(), step="deploy")
 
     def advance(self, instance: Instance) -> Instance:
         """Deploy a claimed Ironic node (step "deploy"): the image, the config drive, provision "active".

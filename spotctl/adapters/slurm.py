@@ -23,11 +23,13 @@ jobs always goes through ``scontrol`` (no REST version offers it). ``scontrol``
 runs with the same JWT as the REST calls (``SLURM_JWT`` in its own environment
 only), so it acts as the same Slurm user.
 
-Errors are translated here: 401/403 and rejected tokens -> AuthError (Slurm
->= 23.11 answers a token slurmctld rejects with HTTP 511, 22.05 with HTTP 500
-"Unspecified error"); refused connections and server errors -> UnavailableError /
-TemporaryError; an unknown node -> NotFoundError (HTTP 404, or HTTP 500 with
-Slurm error 2018 from a v0.0.39+ node update).
+Errors follow the one HTTP rule of :mod:`spotctl.adapters._http`: 401/403 and
+rejected tokens -> AuthError (Slurm >= 23.11 answers a token slurmctld rejects
+with HTTP 511, 22.05 with HTTP 500 "Unspecified error", see ``_check_access``);
+refused connections -> UnavailableError; 5xx and timeouts -> TemporaryError;
+400/422 -> RefusedError; an unknown node -> NotFoundError (HTTP 404, or — Slurm's
+own addition to the rule — HTTP 500 with Slurm error 2018 from a v0.0.39+ node
+update). A ``token_file`` is re-read when it changes (rotation).
 
 Object shapes: v0.0.38 sends plain numbers, v0.0.40+ ``{"set", "infinite",
 "number"}`` objects, state lists, and partition limits under ``maximums`` (see
@@ -48,7 +50,6 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from spotctl.core import deadline
 from spotctl.core.config import RegionConfig
@@ -56,11 +57,17 @@ from spotctl.core.errors import (
     AuthError,
     ConfigError,
     NotFoundError,
+    RefusedError,
     SpotctlError,
     TemporaryError,
     UnavailableError,
 )
 from spotctl.core.models import DrainProgress, Exclusion, NodeUsage, PoolSpec, Scheduler, Shape, WorkUnit
+from spotctl.core.ports import Clock, SystemClock
+from spotctl.core.secrets import SecretFile
+from spotctl.core.timefmt import iso
+
+from . import _http
 
 log = logging.getLogger(__name__)
 
@@ -206,30 +213,19 @@ def _jwt_claims(token: str) -> dict | None:
     return claims if isinstance(claims, dict) else None
 
 
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
 @dataclass
 class _Token:
-    """Where the JWT comes from; a token file is re-read when it changes (rotation)."""
+    """Where the JWT comes from: the config, a token file (re-read when it changes: rotation) or the environment."""
 
     source: str
     value: str | None = None
-    path: Path | None = None
+    file: SecretFile | None = None
     env: str | None = None
-    _mtime: float | None = None
 
     def get(self) -> str:
-        if self.path is not None:
-            try:
-                st = self.path.stat()
-                if self.value is None or st.st_mtime != self._mtime:
-                    self.value = self.path.read_text(encoding="utf-8").strip()
-                    self._mtime = st.st_mtime
-            except OSError as e:
-                raise ConfigError(f"slurm: cannot read token_file {self.path}: {e.strerror}") from None
-        elif self.env is not None:
+        if self.file is not None:
+            return self.file.value()  # ConfigError naming the file when it is missing, empty or not one token
+        if self.env is not None:
             self.value = (os.environ.get(self.env) or "").strip()
         if not self.value:
             raise ConfigError(f"slurm: the token from {self.source} is empty")
@@ -246,7 +242,7 @@ class SlurmScheduler:
     def __init__(self, url: str, user: str, token: _Token, *, api_version: str | None = None,
                  scontrol: str | None = "scontrol", slurm_conf: str | None = None, timeout: float = 10.0,
                  verify: bool | str = True, node_name: str = "{node}", node_prefix: str = "spot-",
-                 default_time_limit: int = 3600, drain_via: str = "auto", clock=time.time):
+                 default_time_limit: int = 3600, drain_via: str = "auto", clock: Clock | None = None):
         self.url = url.rstrip("/")
         self.user = user
         self._token = token
@@ -264,7 +260,7 @@ class SlurmScheduler:
         self.node_prefix = node_prefix
         self.default_time_limit = default_time_limit
         self.drain_via = drain_via
-        self.clock = clock
+        self.clock = clock or SystemClock()
         self._session = None
         self._lock = threading.Lock()
         self._jobs_cache: tuple[float, list[dict]] | None = None
@@ -274,7 +270,7 @@ class SlurmScheduler:
     # --- construction -----------------------------------------------------------
 
     @classmethod
-    def from_config(cls, region: RegionConfig) -> "SlurmScheduler":
+    def from_config(cls, region: RegionConfig, clock: Clock | None = None) -> "SlurmScheduler":
         """Build from ``[regions.R.slurm]`` and discover the API version (at start, once)."""
         c = region.section("slurm") or {}
         where = f"regions.{region.name}.slurm"
@@ -293,7 +289,8 @@ class SlurmScheduler:
         if c.get("token"):
             token = _Token(source=f"{where}.token", value=c["token"])
         elif c.get("token_file"):
-            token = _Token(source=f"{where}.token_file ({c['token_file']})", path=Path(c["token_file"]).expanduser())
+            token = _Token(source=f"{where}.token_file ({c['token_file']})",
+                           file=SecretFile(c["token_file"], setting=f"{where}.token_file"))
         else:
             token = _Token(source=f"environment variable {c['token_env']}", env=c["token_env"])
         version = c.get("api_version")
@@ -303,7 +300,7 @@ class SlurmScheduler:
                 raise ConfigError(f"{where}.api_version {version!r} is not supported",
                                   hint=f"supported: {', '.join(SUPPORTED_VERSIONS)}")
         slurm_conf = c.get("slurm_conf")
-        if slurm_conf and not Path(slurm_conf).is_file():
+        if slurm_conf and not os.path.isfile(slurm_conf):
             raise ConfigError(f"{where}.slurm_conf {slurm_conf!r} does not exist")
         drain_via = c.get("drain_via", "auto")
         if drain_via not in ("auto", "rest", "scontrol"):
@@ -315,7 +312,8 @@ class SlurmScheduler:
         self = cls(url, user, token, api_version=version, scontrol=c.get("scontrol", "scontrol"),
                    slurm_conf=slurm_conf, timeout=timeout, verify=verify,
                    node_name=c.get("node_name", "{node}"), node_prefix=c.get("node_prefix", "spot-"),
-                   default_time_limit=int(c.get("default_time_limit_seconds", 3600)), drain_via=drain_via)
+                   default_time_limit=int(c.get("default_time_limit_seconds", 3600)), drain_via=drain_via,
+                   clock=clock)
         return self  # version discovery and the token check happen on first use, inside the pass
 
     def __repr__(self) -> str:
@@ -343,9 +341,9 @@ class SlurmScheduler:
             raise AuthError(f"slurm: the token from {self._token.source} is not a JWT",
                             hint=f"generate one with: scontrol token username={self.user}")
         exp = claims.get("exp")
-        if isinstance(exp, (int, float)) and exp <= self.clock():
+        if isinstance(exp, (int, float)) and exp <= self.clock.now():
             raise AuthError(f"slurm: the token for user {claims.get('sun', self.user)} from {self._token.source} "
-                            f"expired at {_iso(exp)}",
+                            f"expired at {iso(exp)}",
                             hint=f"generate a new one: scontrol token username={self.user} lifespan=SECONDS")
         sun = claims.get("sun")
         if sun and sun != self.user:
@@ -355,25 +353,15 @@ class SlurmScheduler:
 
     def _request(self, method: str, path: str, *, json_body: dict | None = None, timeout: float | None = None,
                  what: str = "") -> dict:
-        import requests
-
         token = self._check_token()
         headers = {"X-SLURM-USER-NAME": self.user, "X-SLURM-USER-TOKEN": token}
         url = f"{self.url}{path}"
         what = what or f"{method} {path}"
         t = deadline.bounded(timeout or self.timeout)  # inside a pass's observe: no longer than the time left
-        try:
-            r = self._http().request(method, url, headers=headers, json=json_body, timeout=(min(t, 5.0), t))
-        except requests.exceptions.SSLError as e:
-            raise UnavailableError(f"slurm: TLS error talking to {self.url}: {e}",
-                                   hint="set ca_file or verify_tls in the slurm table") from None
-        except requests.exceptions.ConnectionError:
-            raise UnavailableError(f"slurm: cannot connect to slurmrestd at {self.url} ({what})",
-                                   hint="is slurmrestd running and listening there?") from None
-        except requests.exceptions.Timeout:
-            raise TemporaryError(f"slurm: slurmrestd at {self.url} did not answer within {t:g}s ({what})") from None
-        except requests.exceptions.RequestException as e:
-            raise UnavailableError(f"slurm: request to {self.url} failed ({what}): {type(e).__name__}") from None
+        r = _http.send(self._http(), method, url, what=f"slurm: {what}", peer=f"slurmrestd at {self.url}",
+                       timeout=(min(t, 5.0), t), headers=headers, json=json_body,
+                       unreachable_hint="is slurmrestd running and listening there?",
+                       tls_hint="set ca_file or verify_tls in the slurm table")
         body: dict | None = None
         try:
             parsed = r.json()
@@ -387,23 +375,25 @@ class SlurmScheduler:
         return body
 
     def _http_error(self, status: int, body: dict | None, text: str, what: str) -> SpotctlError:
-        """The error for an HTTP error answer of slurmrestd (``body``: its JSON object, if it sent one)."""
+        """The error for an HTTP error answer of slurmrestd (``body``: its JSON object, if it sent one): the
+        class by the rule of ``_http``, the message and hint Slurm's."""
         msg = self._message_of(body, text)
-        if status in (401, 403):
-            return AuthError(f"slurm: slurmrestd refused user {self.user!r} (HTTP {status}): {msg}",
-                             hint=f"check the token ({self._token.source}); scontrol token username={self.user}")
         if status == 511:
             # Slurm >= 23.11: slurmctld rejected the token slurmrestd passed through (bad signature,
             # unknown key); the answer carries no error entry. 22.05 says HTTP 500 instead (_check_access).
             return AuthError(f"slurm: slurmctld refuses the token of user {self.user!r} from {self._token.source} "
                              f"(slurmrestd: HTTP 511, {msg})",
                              hint=f"generate a new one: scontrol token username={self.user}")
-        if status == 404 or ESLURM_INVALID_NODE_NAME in _error_numbers(body):
-            # v0.0.39+ node updates answer an unknown node with HTTP 500 and error 2018
+        if ESLURM_INVALID_NODE_NAME in _error_numbers(body):
+            # Slurm's own addition: v0.0.39+ node updates answer an unknown node with HTTP 500 and error 2018
             return NotFoundError(f"slurm: {what}: not found (HTTP {status}): {msg}")
-        if status in (409, 429) or status >= 500:
-            return TemporaryError(f"slurm: {what}: HTTP {status}: {msg}", details={"status": status})
-        return UnavailableError(f"slurm: {what}: HTTP {status}: {msg}", details={"status": status})
+        cls = _http.error_class(status)
+        if cls is AuthError:
+            return AuthError(f"slurm: slurmrestd refused user {self.user!r} (HTTP {status}): {msg}",
+                             hint=f"check the token ({self._token.source}); scontrol token username={self.user}")
+        if cls is NotFoundError:
+            return NotFoundError(f"slurm: {what}: not found (HTTP {status}): {msg}")
+        return cls(f"slurm: {what}: HTTP {status}: {msg}", details={"status": status})
 
     @staticmethod
     def _message_of(body: dict | None, text: str) -> str:
@@ -504,9 +494,7 @@ class SlurmScheduler:
                                 f"from {self._token.source}; slurmrestd said: {e.message.split(': ', 2)[-1]}",
                                 hint=f"generate a new one: scontrol token username={self.user}") from None
             log.warning("%s", e.message)
-        except UnavailableError as e:
-            if isinstance(e, AuthError):
-                raise
+        except (UnavailableError, RefusedError) as e:  # not the token's fault: the reads say so themselves
             log.warning("%s", e.message)
 
     def _controller_up_without_token(self) -> bool:
@@ -664,7 +652,7 @@ class SlurmScheduler:
     # --- usage ----------------------------------------------------------------------
 
     def usage(self) -> list[NodeUsage]:
-        now = self.clock()
+        now = self.clock.now()
         running: dict[str, int] = {}
         for j in self._jobs():
             if "RUNNING" in _flags(j.get("job_state")) or "COMPLETING" in _flags(j.get("job_state")):
@@ -761,7 +749,8 @@ class SlurmScheduler:
             if rc != 0 and "invalid" not in out.lower():
                 self._scontrol_error(out, f"delete reservation {res}")
             return
-        start = "now" if until <= time.time() + 1 else time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until))
+        # scontrol reads times without a zone in its TZ, which _scontrol_env sets to UTC
+        start = "now" if until <= self.clock.now() + 1 else iso(until).removesuffix("Z")
         rc, out = self._run_scontrol(["update", f"ReservationName={res}", f"StartTime={start}"])
         if rc != 0 and "invalid" in out.lower():  # none yet: create it
             rc, out = self._run_scontrol(["create", "reservation", f"ReservationName={res}", f"StartTime={start}",

@@ -122,8 +122,8 @@ def verify(ctx: typer.Context, state_db: StateDb = None,
         st.cleanups.append(service.close)
     result = verify_chain(store, service)
     code = ExitCode.OK if result["ok"] else ExitCode.STATE if not result["local_ok"] else ExitCode.REFUSED
-    render.emit(st.fmt(), "audit verify", result, status="ok" if result["ok"] else "failed", exit_code=code,
-                table=_verify_table)
+    status = render.ResultStatus.OK if result["ok"] else render.ResultStatus.FAILED
+    render.emit(st.fmt(), "audit verify", result, status=status, exit_code=code, table=_verify_table)
     if not result["local_ok"]:
         bad = result["first_bad"]
         render.error(f"audit chain broken at record {bad['id']} (seq {bad['seq']}): {bad['reason']}")
@@ -177,14 +177,15 @@ def serve(ctx: typer.Context,
     run_receiver(path, token, host, port, ready=lambda url: st.progress(f"audit receiver on {url}, database {path}"))
 
 
-def _read_token(token_file: str | None) -> str:
-    from spotctl.core.errors import ConfigError
+def _read_token(token_file: str | None):
+    """The token clients must send: ``--token-file`` (re-read by the receiver when it is rotated), else the
+    environment."""
+    from spotctl.core.secrets import SecretFile
 
     if token_file:
-        try:
-            return open(token_file, encoding="utf-8").read().strip()
-        except OSError as e:
-            raise ConfigError(f"cannot read --token-file {token_file}: {e.strerror}") from None
+        secret = SecretFile(token_file, setting="--token-file")
+        secret.value()  # unreadable, empty or not one token: a ConfigError before the receiver starts
+        return secret
     return os.environ.get("SPOTCTL_AUDIT_TOKEN", "").strip()
 
 

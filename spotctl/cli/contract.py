@@ -41,8 +41,8 @@ def check(
 
     report = run_check(st.runtime(), pool)
     code = ExitCode.OK if report["met"] else ExitCode.PARTIAL
-    render.emit(st.fmt(), "contract check", report, status="met" if report["met"] else "degraded",
-                exit_code=code, table=_table)
+    status = render.ResultStatus.MET if report["met"] else render.ResultStatus.DEGRADED
+    render.emit(st.fmt(), "contract check", report, status=status, exit_code=code, table=_table)
     if code:
         raise typer.Exit(int(code))
 

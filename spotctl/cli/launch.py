@@ -39,7 +39,7 @@ def launch(
     data = {**facts, "dry_run": dry_run, "outcome": out.to_dict() if out else None}
     code = ExitCode.OK if out is None or out.status == "ok" else (
         ExitCode.PARTIAL if out.done else ExitCode.REFUSED)
-    render.emit(st.fmt(), "launch", data, status="ok" if code == 0 else out.status, exit_code=code, table=_table)
+    render.emit(st.fmt(), "launch", data, status=render.ResultStatus.OK if code == 0 else out.status, exit_code=code, table=_table)
     if code:
         raise typer.Exit(int(code))
 

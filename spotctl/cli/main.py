@@ -108,6 +108,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Set by run(), the console entry: this process is spotctl itself (not a test invoking the app in-process).
+PROCESS = {"entry": False}
+
 # Commands whose stdout is data in a format of its own (CSV, JSON lines): an error never writes an envelope there.
 RAW_OUTPUT_COMMANDS = {"audit export"}
 
@@ -164,6 +167,8 @@ class SpotctlGroup(TyperGroup):
             _report(ctx, internal_error(e), exc=e)
             raise typer.Exit(int(ExitCode.UNEXPECTED)) from None
         finally:
+            if PROCESS["entry"]:
+                ignore_signals_at_exit()  # the command has ended: its cleanup is not cut short by a late signal
             obj = ctx.obj
             if isinstance(obj, AppState):
                 obj.close()
@@ -174,10 +179,18 @@ class SpotctlGroup(TyperGroup):
         from typer import _click as click
 
         argv = list(sys.argv[1:] if args is None else args)
+        prog_name = prog_name or "spotctl"
+        # What typer's own main does, without its silent turn of a Ctrl-C into exit 130 with no line
+        self._main_shell_completion(extra, prog_name, complete_var)
         try:
-            rv = super().main(args=argv, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
-                              **extra)
-            code = rv if isinstance(rv, int) else 0
+            try:
+                with self.make_context(prog_name, argv, **extra) as ctx:
+                    rv = self.invoke(ctx)
+                code = rv if isinstance(rv, int) else 0
+            except EOFError:
+                raise typer.Abort() from None
+        except typer.Exit as e:
+            code = e.exit_code
         except click.exceptions.NoArgsIsHelpError as e:
             e.show()
             code = e.exit_code
@@ -337,7 +350,7 @@ def _report(ctx: typer.Context, e: SpotctlError, *, exc: BaseException | None = 
         fmt = "table"
     if fmt in ("json", "yaml") and not ctx.meta.get("spotctl.raw_output"):
         try:
-            render.emit(fmt, obj.command or (ctx.invoked_subcommand or ""), None, status="error",
+            render.emit(fmt, obj.command or (ctx.invoked_subcommand or ""), None, status=render.ResultStatus.ERROR,
                         exit_code=int(e.exit_code), errors=[e.to_dict()])
         except OutputError:
             pass
@@ -365,7 +378,8 @@ def _report_early(argv: list[str], e: SpotctlError) -> None:
     if fmt in ("json", "yaml"):
         command = next((a for a in argv if a in COMMANDS), "")
         try:
-            render.emit(fmt, command, None, status="error", exit_code=int(e.exit_code), errors=[e.to_dict()])
+            render.emit(fmt, command, None, status=render.ResultStatus.ERROR, exit_code=int(e.exit_code),
+                        errors=[e.to_dict()])
         except OutputError:
             pass
     render.error(e.message, e.hint)
@@ -417,4 +431,18 @@ def run() -> None:
         sys.stderr.write("spotctl: error: standard output is closed\n")
         sys.exit(int(ExitCode.OUTPUT))
     sys.stdout = _GuardedStdout(sys.stdout)  # type: ignore[assignment]
-    app(prog_name="spotctl")
+    PROCESS["entry"] = True
+    try:
+        app(prog_name="spotctl")
+    finally:
+        ignore_signals_at_exit()
+
+
+def ignore_signals_at_exit() -> None:
+    """The command is over (its work done or closed): a Ctrl-C or SIGTERM now changes nothing, and must not
+    kill the process while Python shuts down (it resets Python-level handlers to the default then, which
+    would end a finished command with -SIGINT/-SIGTERM instead of its exit code). Ignored handlers are kept."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)

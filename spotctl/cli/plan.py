@@ -47,8 +47,9 @@ def plan(
         data = {**{k: v for k, v in r.items() if k != "plan"}, **r["plan"].to_dict(explain=explain)}
         # reproduced: true (the action lists match), false (they differ: exit 1), null (nothing
         # recorded to compare: exit 7, never a pass by default)
-        status, code = {True: ("ok", ExitCode.OK), False: ("mismatch", ExitCode.UNEXPECTED)}.get(
-            r["reproduced"], ("unknown", ExitCode.PARTIAL))
+        status, code = {True: (render.ResultStatus.OK, ExitCode.OK),
+                        False: (render.ResultStatus.MISMATCH, ExitCode.UNEXPECTED)}.get(
+            r["reproduced"], (render.ResultStatus.UNKNOWN, ExitCode.PARTIAL))
         render.emit(st.fmt(), "plan", data, status=status, exit_code=code, table=lambda c, d: _table(c, d, explain))
         if code != ExitCode.OK:
             render.error(f"replay of plan #{r['seq']}: {r['why']}")
@@ -61,7 +62,8 @@ def plan(
     code = ExitCode.AUTH if auth_failed else ExitCode.PARTIAL if degraded else ExitCode.OK
     errors = [{"code": "auth", "message": f"{s}: {degraded[s]}"} for s in auth_failed]
     errors += [{"code": "partial", "message": f"{s}: {why}"} for s, why in degraded.items() if s not in auth_failed]
-    status = "auth-failed" if auth_failed else "partial" if degraded else "ok"
+    status = (render.ResultStatus.AUTH_FAILED if auth_failed else render.ResultStatus.PARTIAL if degraded
+              else render.ResultStatus.OK)
     render.emit(st.fmt(), "plan", data, status=status, exit_code=code, errors=errors,
                 table=lambda c, d: _table(c, d, explain))
     for e in errors:

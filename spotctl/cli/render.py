@@ -10,22 +10,48 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 
 RESULT_VERSION = 1
 
 
-def envelope(command: str, data, *, status: str = "ok", exit_code: int = 0, errors: list | None = None) -> dict:
+class ResultStatus(StrEnum):
+    """Every status a JSON/YAML envelope may carry (scripts rely on this list; the result contract test
+    pins it). A step's :class:`~spotctl.core.models.OutcomeStatus` is one of them."""
+
+    OK = "ok"
+    ERROR = "error"
+    PARTIAL = "partial"
+    PENDING = "pending"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    DRY_RUN = "dry-run"
+    MISMATCH = "mismatch"
+    UNKNOWN = "unknown"
+    AUTH_FAILED = "auth-failed"
+    MET = "met"
+    DEGRADED = "degraded"
+    RUNNING = "running"
+    DONE = "done"
+    ABORTED = "aborted"
+
+
+def envelope(command: str, data, *, status: ResultStatus | str = ResultStatus.OK, exit_code: int = 0,
+             errors: list | None = None) -> dict:
+    """The versioned result envelope. ``status`` must be a :class:`ResultStatus` (or its value: ValueError
+    otherwise); it is written as the plain string, so that JSON is unchanged and YAML's safe dumper,
+    which does not know enums, can write it."""
     return {
         "spotctl_result_version": RESULT_VERSION,
         "command": command,
-        "status": status,
+        "status": ResultStatus(status).value,
         "exit_code": int(exit_code),
         "data": data,
         "errors": errors or [],
     }
 
 
-def emit(fmt: str, command: str, data, *, status: str = "ok", exit_code: int = 0,
+def emit(fmt: str, command: str, data, *, status: ResultStatus | str = ResultStatus.OK, exit_code: int = 0,
          table: Callable | None = None, errors: list | None = None) -> None:
     import json
 

@@ -70,7 +70,7 @@ def status(
     Example: spotctl sim status --url http://127.0.0.1:8787 -o json | jq '.data.instances[].id'
     """
     st = state(ctx)
-    from spotctl.services.contract_api import world_status
+    from spotctl.adapters.contract_http import world_status
 
     render.emit(st.fmt(), "sim status", world_status(st.config().region(st.region), url=url, token=token),
                 table=_world)

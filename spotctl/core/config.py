@@ -132,7 +132,7 @@ _REGION_SCHEMA = {
         "ssl_certfile": _S, "ssl_keyfile": _S, "ssl_check_hostname": _B,
     },
     "audit": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout(),
-              "batch_size": _int(1, 100_000), "ca_file": _S},
+              "batch_size": _int(1, 1000), "ca_file": _S},
     "contract": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout()},
     # Integration sections: each real adapter reads its own table (see ADAPTER_SECTIONS).
     # A section present replaces that part of the simulator for this region.

@@ -1,5 +1,19 @@
 """Provider-contract terms as pure functions of observed facts (the ops layer gathers the facts).
 
+The five terms, per pool, each ``met``, ``degraded`` (present but late or out of bounds), ``missing``
+(not offered, or not read) or ``unknown`` (offered, but nothing observed this pass shows that it
+works). **A term is ``met`` only on evidence observed** (a notice feed read, a rate card in date, a
+reservation service read, a status call answered); otherwise it is not met, and says why.
+
+1. notice      — a hard notice >= 120 s before deletion, delivered to the node in <= 1 s
+2. advisory    — an early warning when reclaim risk rises (hard notices are preceded by one)
+3. rate_card   — a price per pool, refreshed every 5 minutes
+4. reservations — reservation and forward-capacity data (Blazar) can be read
+5. reclaim_api — the provider's reclaim API answers (drills depend on it)
+
+A pool with any term not met runs under the no-notice policy; :func:`change_kind` says when its
+recorded state flips (the ops layer records the flip: audit record + lifecycle event).
+
 Term 1, the hard notice: at least ``MIN_LEAD_SECONDS`` before deletion, delivered in at most
 ``MAX_DELIVERY_SECONDS``. A notice is **late** when any of what was observed says so:
 
@@ -18,21 +32,67 @@ and one good notice after a bad one does not flip the pool back and forth.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .models import RateCard
 
 MIN_LEAD_SECONDS = 120.0
 MAX_DELIVERY_SECONDS = 1.0
+TERMS = ("notice", "advisory", "rate_card", "reservations", "reclaim_api")
+WINDOW_SECONDS = 24 * 3600
+RATE_CARD_MAX_AGE = 300 + 60  # refreshed every 5 minutes, with a minute of slack
+NO_NOTICE_FEED = "no contract feed with notices is configured"
+STATIC_RATE_CARD = "no rate-card feed is configured (list prices from the config)"
+NO_RESERVATIONS = "no reservation service is read (Blazar is disabled: [openstack] blazar = false)"
+NO_RECLAIM_API = "the contract feed offers no reclaim API"
+NO_STATUS_CALL = "the feed offers a reclaim API but no status call to check that it answers"
 
 
 @dataclass(frozen=True, slots=True)
 class SeenNotice:
-    """A hard notice as observed: when it was issued, its deadline, and when it reached us."""
+    """A notice as observed: when it was issued, its deadline, and when it reached us (the contract's
+    notice term is about ``kind == "hard"`` ones; the advisory term also reads the others)."""
 
     id: str
     issued_at: float
     deadline: float | None
     first_seen_at: float | None = None
     delivered_at: float | None = None
+    kind: str = "hard"  # hard | advisory | calendar
+    instance_id: str | None = None
+    pool: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimApiFacts:
+    """What was observed of the provider's reclaim API this pass."""
+
+    offered: bool                     # the feed implements the reclaim API
+    status_call: bool = False         # ... and a status call that shows whether it answers
+    status_error: str | None = None   # why this pass's status call failed (None: it answered)
+    provider_status: object = None    # the status call's body (kept as evidence, not trusted as ours)
+
+
+@dataclass(frozen=True)
+class ContractFacts:
+    """What one pass observed of the provider's contract, region-wide (the ops layer gathers it)."""
+
+    now: float
+    reclaim: ReclaimApiFacts
+    provides_notices: bool = False          # a notice feed is configured
+    notices_error: str | None = None        # why the notice feed was not read this pass (None: it was)
+    notices: tuple[SeenNotice, ...] = ()    # every notice seen in the window (every kind, every pool)
+    rate_card: RateCard | None = None
+    rate_card_error: str | None = None      # why there is no rate card this pass
+    cloud_error: str | None = None          # why the cloud (and its reservations) was not read
+    reads_reservations: bool = False        # a reservation service (Blazar) is read
+    reservations: Mapping[str, int] = field(default_factory=dict)  # pool -> reservations in the horizon
+    restore_notices: int = 3
+    restore_hold_seconds: float = 3600.0
+    window_seconds: float = WINDOW_SECONDS
 
 
 def lateness(n: SeenNotice) -> list[str]:
@@ -79,3 +139,152 @@ def notice_term(notices: list[SeenNotice], now: float, *, restore_notices: int =
                                 f"{held:.0f}s")
         return {"state": "met", "evidence": evidence}
     return {"state": "degraded", "evidence": evidence}
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    """The contract evidence's p50/p95, as it always was (index round(q * (n - 1)), to the ms); not yet
+    spotctl.core.stats.percentile, whose nearest rank differs: folding it in changes reported values."""
+    if not values:
+        return None
+    v = sorted(values)
+    return round(v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))], 3)
+
+
+def pool_notice_term(hard: Sequence[SeenNotice], facts: ContractFacts) -> dict:
+    """Term 1 for one pool's hard notices: :func:`notice_term`, with the lead and delivery percentiles."""
+    leads = [n.deadline - n.issued_at for n in hard if n.deadline is not None]
+    lat = [n.delivered_at - n.issued_at for n in hard if n.delivered_at is not None]
+    term = notice_term(list(hard), facts.now, restore_notices=facts.restore_notices,
+                       restore_hold_seconds=facts.restore_hold_seconds)
+    term["evidence"].update(lead_p50_s=_pct(leads, 0.5), delivery_p50_s=_pct(lat, 0.5),
+                            delivery_p95_s=_pct(lat, 0.95), window_s=facts.window_seconds)
+    return term
+
+
+def advisory_term(notices: Sequence[SeenNotice]) -> dict:
+    """Term 2 for one pool's notices (the feed was read): ``degraded`` when more than half of the hard
+    notices came without an advisory (or calendar warning) for their instance; drill notices excepted."""
+    hard = [n for n in notices if n.kind == "hard"]
+    warned = {n.instance_id for n in notices if n.kind in ("advisory", "calendar")}
+    unwarned = [n for n in hard if n.instance_id not in warned and "drill" not in (n.reason or "")]
+    evidence = {"advisories": sum(1 for n in notices if n.kind != "hard"), "hard_without_advisory": len(unwarned)}
+    return {"state": "degraded" if hard and len(unwarned) * 2 > len(hard) else "met", "evidence": evidence}
+
+
+def rate_card_term(pool: str, rate_card: RateCard | None, now: float, error: str | None = None) -> dict:
+    """Term 3: ``met`` with a fed (not static) price for the pool, in date and refreshed within
+    :data:`RATE_CARD_MAX_AGE`; ``degraded`` when stale; ``missing`` without a fed price."""
+    rc = rate_card
+    if rc is None or pool not in rc.prices or rc.version == "static":
+        if rc is None:
+            why = error if error is not None else "no rate card"
+        elif rc.version == "static":
+            why = STATIC_RATE_CARD
+        else:
+            why = f"the rate card has no price for {pool}"
+        return {"state": "missing", "evidence": {"error": why}}
+    age = now - rc.valid_from
+    stale = age > RATE_CARD_MAX_AGE or now > rc.valid_until
+    return {"state": "degraded" if stale else "met",
+            "evidence": {"version": rc.version, "age_s": round(age, 1), "price": rc.prices[pool],
+                         "valid_until": rc.valid_until}}
+
+
+def reservations_term(pool: str, facts: ContractFacts) -> dict:
+    """Term 4: ``met`` when the reservation service was read this pass, else ``missing``."""
+    if facts.cloud_error is not None:
+        return {"state": "missing", "evidence": {"error": facts.cloud_error}}
+    if not facts.reads_reservations:
+        return {"state": "missing", "evidence": {"error": NO_RESERVATIONS}}
+    return {"state": "met", "evidence": {"reservations_in_horizon": facts.reservations.get(pool, 0),
+                                         "read_at": facts.now}}
+
+
+def reclaim_api_term(r: ReclaimApiFacts) -> dict:
+    """Term 5: ``met`` only when a status call answered this pass; ``unknown`` when the API is offered
+    with no status call to show it answers; ``missing`` when it is not offered or the call failed."""
+    if not r.offered:
+        return {"state": "missing", "evidence": {"error": NO_RECLAIM_API}}
+    if not r.status_call:
+        return {"state": "unknown", "evidence": {"error": NO_STATUS_CALL}}
+    if r.status_error is not None:
+        return {"state": "missing", "evidence": {"error": r.status_error}}
+    return {"state": "met", "evidence": {"status_call": "answered",
+                                         "provider_view": provider_reclaim_view(r.provider_status)}}
+
+
+def provider_reclaim_view(body: object) -> object:
+    """What the provider's status says of its reclaim API (kept as evidence, not trusted as ours)."""
+    terms = body.get("terms") if isinstance(body, dict) else None
+    if isinstance(terms, list):
+        return next((t.get("state") for t in terms if isinstance(t, dict) and t.get("term") == "reclaim_api"), None)
+    return None
+
+
+def pool_terms(pool: str, facts: ContractFacts) -> dict:
+    """Every term for one pool: ``{"state": met|degraded, "failing": [...], "terms": {...}}``."""
+    mine = [n for n in facts.notices if n.pool == pool]
+    terms: dict[str, dict] = {}
+    if not facts.provides_notices or facts.notices_error is not None:
+        why = facts.notices_error or NO_NOTICE_FEED
+        terms["notice"] = {"state": "missing", "evidence": {"error": why}}
+        terms["advisory"] = {"state": "missing", "evidence": {"error": why}}
+    else:
+        terms["notice"] = pool_notice_term([n for n in mine if n.kind == "hard"], facts)
+        terms["advisory"] = advisory_term(mine)
+    terms["rate_card"] = rate_card_term(pool, facts.rate_card, facts.now, facts.rate_card_error)
+    terms["reservations"] = reservations_term(pool, facts)
+    terms["reclaim_api"] = reclaim_api_term(facts.reclaim)
+    state = "met" if all(t["state"] == "met" for t in terms.values()) else "degraded"
+    return {"state": state, "failing": [k for k in TERMS if terms[k]["state"] != "met"], "terms": terms}
+
+
+def evaluate(region: str, pools: Iterable[str], facts: ContractFacts) -> dict:
+    """The contract report: each pool's terms, and whether every pool meets every term."""
+    report = {name: pool_terms(name, facts) for name in pools}
+    return {"region": region, "now": facts.now, "pools": report,
+            "met": all(p["state"] == "met" for p in report.values())}
+
+
+def degraded_pools(report: Mapping[str, Any]) -> frozenset[str]:
+    """The pools of a report that run under the no-notice policy (any term not met)."""
+    return frozenset(name for name, p in report["pools"].items() if p["state"] != "met")
+
+
+def recorded_value(pool_report: Mapping[str, Any]) -> str:
+    """A pool's contract state as recorded: ``met`` or ``degraded:`` and the failing terms."""
+    return "met" if pool_report["state"] == "met" else "degraded:" + ",".join(pool_report["failing"])
+
+
+def recorded_failing(value: str | None) -> list[str]:
+    """The failing terms of a recorded value ([] for ``met`` or nothing recorded)."""
+    if not value or not value.startswith("degraded:"):
+        return []
+    return value.split(":", 1)[1].split(",")
+
+
+def change_kind(before: str | None, pool_report: Mapping[str, Any]) -> str | None:
+    """Whether a pool's recorded contract state flips: ``degraded``, ``restored``, or None (no change,
+    or the first sight of a healthy pool: nothing to announce)."""
+    if before == recorded_value(pool_report):
+        return None
+    if before is None and pool_report["state"] == "met":
+        return None
+    return "restored" if pool_report["state"] == "met" else "degraded"
+
+
+def late_notice_report(pool: str, before: str | None, notice: SeenNotice, now: float) -> dict | None:
+    """The report that flips a pool's notice term when a late hard notice is seen (by the watcher,
+    between passes): None when the notice kept the contract, or the recorded state (``before``)
+    already counts the notice term as failing. The other recorded failing terms are kept."""
+    why = lateness(notice)
+    if not why:
+        return None
+    failing_before = recorded_failing(before)
+    if "notice" in failing_before:
+        return None
+    failing = sorted(set(failing_before) | {"notice"})
+    term = {"state": "degraded", "evidence": {"late": 1, "last_late": {"id": notice.id, "why": why,
+                                                                      "issued_at": notice.issued_at}}}
+    return {"now": now, "pools": {pool: {"state": "degraded", "failing": failing, "terms": {"notice": term, **{
+        t: {"state": "degraded", "evidence": {"recorded": before}} for t in failing if t != "notice"}}}}}

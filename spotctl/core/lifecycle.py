@@ -1,4 +1,5 @@
-"""The spot-node lifecycle: which transitions are legal.
+"""The spot-node lifecycle: which transitions are legal, and which states may be drained, cordoned or
+uncordoned (one copy of each rule: the planner, the watcher and ``spotctl drain`` use these).
 
 intended → building → active → (advised) → draining → deleting → gone,
 or failed; a node that disappears without notice is lost.
@@ -30,6 +31,35 @@ def can_transition(src: S, dst: S) -> bool:
 def check_transition(node_id: str, src: S, dst: S) -> None:
     if not can_transition(src, dst):
         raise RefusedError(f"node {node_id} cannot go from {src} to {dst}")
+
+
+#: The states a node can be drained from (a hard notice, an advisory's drain stage, ``spotctl drain``),
+#: in lifecycle order: a node still building is drained too (it may have joined a scheduler already).
+DRAINABLE: tuple[S, ...] = (S.BUILDING, S.ACTIVE, S.ADVISED)
+
+
+def drainable(state: S) -> bool:
+    """Whether a node in ``state`` can be drained: it is up, or on its way up, and not leaving already."""
+    return state in DRAINABLE
+
+
+def drainable_states() -> str:
+    """The drainable states in words ("building, active or advised"), for a refusal to say."""
+    names = [s.value for s in DRAINABLE]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def cordonable(state: S, *, cordoned: bool, known: bool) -> bool:
+    """Whether a cordon (stop new placements) would change something: an active node, or a building one
+    that some scheduler knows already (``known``: one that has not registered has nothing to cordon; it is
+    cordoned once it does), not cordoned yet (an advised node is cordoned by definition)."""
+    return state in (S.ACTIVE, S.BUILDING) and not cordoned and (known or state is not S.BUILDING)
+
+
+def uncordonable(state: S, *, cordoned_by_us: bool) -> bool:
+    """Whether a node carries a cordon of ours that an uncordon lifts: advised, or building and cordoned
+    for an advisory while it booted."""
+    return state is S.ADVISED or (state is S.BUILDING and cordoned_by_us)
 
 
 def event_type(state: S) -> str:

@@ -344,3 +344,13 @@ class Reclaim:
 
     def receipt(self, instance_id: str) -> ReclaimReceipt | None:
         return next((r for r in self.instances if r.instance_id == instance_id), None)
+
+
+class OutcomeStatus(StrEnum):
+    """What one step of a pass did (``spotctl.ops.act.Outcome.status``); serialises as its value."""
+
+    OK = "ok"            # done, with the evidence (every bound scheduler accepted it, the instance exists)
+    PARTIAL = "partial"  # some of it: a scheduler failed or does not know the node, or some nodes of a launch
+    PENDING = "pending"  # not yet: the node has not joined a bound scheduler (a later pass applies it again)
+    FAILED = "failed"
+    SKIPPED = "skipped"  # not attempted (no token, or already in hand)

@@ -36,6 +36,11 @@ from .models import (
 
 
 class Clock(Protocol):
+    """Wall time, injected. Adapters and services take one (``clock: Clock | None = None``, defaulting to
+    :class:`SystemClock`) and never call ``time.time()`` themselves; the entry points hand them the
+    runtime's one clock (``spotctl.wiring``). Bounds on elapsed time inside one call (a timeout, a
+    cache's age) use ``time.monotonic()``, which is not the domain's time and no clock replaces."""
+
     def now(self) -> float:
         """Seconds since the epoch (UTC)."""
 

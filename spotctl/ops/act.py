@@ -17,11 +17,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from spotctl.core.actions import Action
 from spotctl.core.budget import Priority
 from spotctl.core.errors import CapacityError, NotFoundError, SpotctlError, TemporaryError
 from spotctl.core.lifecycle import bound_schedulers
-from spotctl.core.models import DrainProgress, Node, NodeState
-from spotctl.core.planner import Action
+from spotctl.core.models import DrainProgress, Node, NodeState, OutcomeStatus
 
 from .observe import remember_full
 from .runtime import Runtime
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 class Outcome:
     action: str
     kind: str
-    status: str  # ok | failed | skipped | partial
+    status: OutcomeStatus
     detail: str = ""
     pool: str | None = None
     node: str | None = None
@@ -78,7 +78,7 @@ def execute(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     except SpotctlError as e:
         log.warning("action %s (%s) failed: %s", action.id, action.kind, e.message)
         rt.store.finish_action(action.id, "failed", e.message, rt.now())
-        return Outcome(action.id, action.kind, "failed", e.message, pool=action.pool, node=action.node)
+        return Outcome(action.id, action.kind, OutcomeStatus.FAILED, e.message, pool=action.pool, node=action.node)
     raise ValueError(f"unknown action kind {action.kind}")
 
 
@@ -110,7 +110,7 @@ def _audit(rt: Runtime, action: Action, target: str, result: str, **extra) -> No
 def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     store = rt.store
     pool = rt.region.pool(action.pool)
-    out = Outcome(action.id, "launch", "ok", pool=action.pool, count=action.count or 0)
+    out = Outcome(action.id, "launch", OutcomeStatus.OK, pool=action.pool, count=action.count or 0)
     _intent(rt, action, plan_id)
     priority = action.priority
     for i in range(action.count or 0):
@@ -124,7 +124,7 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
                 out.nodes.append(node_name(pool.name, sub))
             continue
         if not rt.take_token(priority):
-            out.status = "partial"
+            out.status = OutcomeStatus.PARTIAL
             out.detail = f"token budget exhausted after {out.done} of {action.count}"
             break
         now = rt.now()
@@ -138,13 +138,13 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
             out.done += 1
             out.nodes.append(node.id)
         else:
-            out.status = "failed" if out.done == 0 else "partial"
+            out.status = OutcomeStatus.FAILED if out.done == 0 else OutcomeStatus.PARTIAL
             out.detail = detail
             break
-    if out.status == "ok" and out.done < (action.count or 0):
-        out.status = "partial"
+    if out.status is OutcomeStatus.OK and out.done < (action.count or 0):
+        out.status = OutcomeStatus.PARTIAL
         out.detail = f"{out.done} of {action.count} instance(s) exist; the rest are intended (the next pass resumes them)"
-    store.finish_action(action.id, "done" if out.status == "ok" else out.status, out.detail or "ok", rt.now())
+    store.finish_action(action.id, "done" if out.status is OutcomeStatus.OK else out.status, out.detail or "ok", rt.now())
     rt.progress(f"launch {action.pool}: {out.done}/{action.count} ({out.status})")
     return out
 
@@ -204,18 +204,18 @@ def resume(rt: Runtime) -> list[Outcome]:
             if pool is None:
                 continue
             ok, detail = _create(rt, node, pool)
-            outs.append(Outcome(node.action_id, "launch", "ok" if ok else "failed",
+            outs.append(Outcome(node.action_id, "launch", OutcomeStatus.OK if ok else OutcomeStatus.FAILED,
                                 detail or "resumed an unfinished launch", pool=node.pool, node=node.id,
                                 count=1, done=int(ok), nodes=[node.id] if ok else []))
         elif node.state is NodeState.DELETING and node.instance_id:
             if not rt.take_token(Priority.RECLAIM):
-                outs.append(Outcome(node.action_id, "delete", "skipped", "token budget exhausted", node=node.id))
+                outs.append(Outcome(node.action_id, "delete", OutcomeStatus.SKIPPED, "token budget exhausted", node=node.id))
                 continue
             try:
                 rt.cloud.delete_instance(node.instance_id)
                 deleted.add(node.id)
             except SpotctlError as e:
-                outs.append(Outcome(node.action_id, "delete", "failed", e.message, node=node.id))
+                outs.append(Outcome(node.action_id, "delete", OutcomeStatus.FAILED, e.message, node=node.id))
     for a in rt.store.actions(status="intended", limit=None):
         kind, node = a["kind"], (rt.store.find_node(a["node"]) if a["node"] else None)
         if kind == "launch":
@@ -272,12 +272,12 @@ class Fanout:
         return not self.errors and not self.missing and not self.pending
 
     @property
-    def status(self) -> str:
+    def status(self) -> OutcomeStatus:
         """ok (every bound scheduler took it) | partial (one failed, or does not know a node it should)
         | pending (the node has not joined a bound scheduler yet: a later pass applies it again)."""
         if self.errors or self.missing:
-            return "partial"
-        return "pending" if self.pending else "ok"
+            return OutcomeStatus.PARTIAL
+        return OutcomeStatus.PENDING if self.pending else OutcomeStatus.OK
 
     def problems(self) -> str:
         out = [f"{k}: {v}" for k, v in sorted(self.errors.items())]
@@ -468,9 +468,9 @@ def _protect(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
 def _delete(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     node = _node_for(rt, action)
     if node.state is NodeState.DELETING:  # its delete was recorded as asked; resume() asks again each pass
-        return Outcome(action.id, "delete", "skipped", "already deleting", pool=node.pool, node=node.id)
+        return Outcome(action.id, "delete", OutcomeStatus.SKIPPED, "already deleting", pool=node.pool, node=node.id)
     if not rt.take_token(action.priority):
-        return Outcome(action.id, "delete", "skipped", "token budget exhausted", pool=node.pool, node=node.id)
+        return Outcome(action.id, "delete", OutcomeStatus.SKIPPED, "token budget exhausted", pool=node.pool, node=node.id)
     _intent(rt, action, plan_id)
     now = rt.now()
     with rt.store.tx():
@@ -483,7 +483,7 @@ def _delete(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
         with rt.store.tx():
             _audit(rt, action, node.id, "ok", never_created=True)
         rt.store.finish_action(action.id, "done", "never created", rt.now())
-        return Outcome(action.id, "delete", "ok", "never created", pool=node.pool, node=node.id)
+        return Outcome(action.id, "delete", OutcomeStatus.OK, "never created", pool=node.pool, node=node.id)
     rt.cloud.delete_instance(node.instance_id)  # raises: the action fails, the node stays deleting (resumed)
     fan = _each_scheduler(rt, node, lambda s: s.forget(node.id, action.reason))
     fan.missing, fan.pending = [], []  # forgetting: a scheduler that does not know the node is already there

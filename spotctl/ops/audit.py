@@ -14,12 +14,13 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Protocol
 
+from spotctl.core.audit import walk
 from spotctl.core.errors import UsageError
-from spotctl.state.store import GENESIS, Store, audit_hash, iso
+from spotctl.state.store import Store, iso
 
 EXPORT_COLUMNS = ("seq", "id", "at", "time", "actor", "action", "target", "result", "inputs", "prev_hash", "hash")
 _REL = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
@@ -91,23 +92,12 @@ def show(store: Store, record_id: str) -> dict:
 
 
 def verify(store: Store, service: AuditService | None = None) -> dict:
-    """Walk the local chain; then compare what was delivered with what the service stores."""
-    prev = GENESIS
-    checked = 0
-    first_bad = None
-    local: dict[str, str] = {}
-    for rec in store.audit_records():
-        checked += 1
-        if rec["prev_hash"] != prev:
-            first_bad = _bad(rec, "its prev_hash is not the hash of the record before it "
-                                  "(a record before it was altered, removed or inserted)")
-            break
-        if audit_hash(rec, prev) != rec["hash"]:
-            first_bad = _bad(rec, "its content does not match its hash (the record was altered)")
-            break
-        local[rec["id"]] = rec["hash"]
-        prev = rec["hash"]
-    result = {"region": store.region, "ok": first_bad is None, "records": checked, "first_bad": first_bad,
+    """Walk the local chain (:func:`spotctl.core.audit.walk`); then compare what was delivered with what
+    the service stores."""
+    chain = walk(store.audit_records())
+    first_bad = None if chain.first_bad is None else _bad(chain.first_bad, chain.reason or "")
+    local = chain.verified
+    result = {"region": store.region, "ok": first_bad is None, "records": chain.checked, "first_bad": first_bad,
               "local_ok": first_bad is None, "service": None}
     if service is not None:
         result["service"] = _against_service(store, service, local if first_bad is None else
@@ -116,7 +106,7 @@ def verify(store: Store, service: AuditService | None = None) -> dict:
     return result
 
 
-def _bad(rec: dict, reason: str) -> dict:
+def _bad(rec: Mapping, reason: str) -> dict:
     return {"id": rec["id"], "seq": rec["seq"], "action": rec["action"], "target": rec["target"], "reason": reason}
 
 

@@ -1,21 +1,28 @@
 """Provider-contract conformance: the five terms, per pool, with evidence.
 
-1. notice      — a hard notice >= 120 s before deletion, delivered to the node in <= 1 s
-2. advisory    — an early warning when reclaim risk rises (hard notices are preceded by one)
-3. rate_card   — a price per pool, refreshed every 5 minutes
-4. reservations — reservation and forward-capacity data (Blazar) can be read
-5. reclaim_api — the provider's reclaim API answers (drills depend on it)
-
-Each term is ``met``, ``degraded`` (present but late or out of bounds) or
-``missing``. A pool with any term not met runs under the no-notice policy;
-every flip is recorded (audit record + lifecycle event) by the pass.
+The terms and their rules are pure functions in :mod:`spotctl.core.contract` (a term is ``met`` only on
+evidence observed); this module gathers what was observed (this pass's snapshot, the notices on record,
+which ports the feed offers) into :class:`~spotctl.core.contract.ContractFacts`, and records each flip
+(audit record + lifecycle event) where a pool's state changes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from spotctl.core.contract import SeenNotice, lateness, notice_term
+from spotctl.core.contract import (
+    TERMS,
+    WINDOW_SECONDS,
+    ContractFacts,
+    ReclaimApiFacts,
+    SeenNotice,
+    change_kind,
+    degraded_pools,
+    late_notice_report,
+    recorded_value,
+)
+from spotctl.core.contract import evaluate as evaluate_terms
 from spotctl.core.ports import ProviderStatus, ReclaimPort
 
 from .observe import Snapshot, observe
@@ -23,108 +30,48 @@ from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-TERMS = ("notice", "advisory", "rate_card", "reservations", "reclaim_api")
-WINDOW_SECONDS = 24 * 3600
-RATE_CARD_MAX_AGE = 300 + 60  # refreshed every 5 minutes, with a minute of slack
+__all__ = ["TERMS", "check", "degraded_pools", "evaluate", "facts", "record_changes", "record_late_notice",
+           "seen_notice"]
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    return round(v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))], 3)
+def seen_notice(row: Mapping) -> SeenNotice:
+    """A notice as recorded by the store (a ``notices`` row), as an observed fact."""
+    return SeenNotice(id=row["id"], issued_at=row["issued_at"], deadline=row["deadline"],
+                      first_seen_at=row.get("first_seen_at"), delivered_at=row.get("delivered_at"),
+                      kind=str(row["kind"]), instance_id=row.get("instance_id"), pool=row.get("pool"),
+                      reason=row.get("reason") or "")
+
+
+def facts(rt: Runtime, snap: Snapshot) -> ContractFacts:
+    """What this pass observed of the contract: the snapshot, the notices on record in the window (this
+    pass's count even before they are recorded: seen now), and which calls the feed offers."""
+    now = snap.now
+    seen = {n["id"]: seen_notice(n) for n in rt.store.notices_since(now - WINDOW_SECONDS)}
+    for nt in snap.notices:
+        seen.setdefault(nt.id, SeenNotice(id=nt.id, issued_at=nt.issued_at, deadline=nt.deadline, first_seen_at=now,
+                                          delivered_at=nt.delivered_at, kind=str(nt.kind),
+                                          instance_id=nt.instance_id, pool=nt.pool, reason=nt.reason or ""))
+    reservations: dict[str, int] = {}
+    for r in snap.reservations:
+        reservations[r.pool] = reservations.get(r.pool, 0) + 1
+    offered = isinstance(rt.contract, ReclaimPort)
+    # the status call is made by observe(), with the other sources and under the same deadline
+    status_call = offered and isinstance(rt.contract, ProviderStatus)
+    pol = rt.region.policy
+    return ContractFacts(
+        now=now, provides_notices=bool(rt.contract.provides_notices), notices_error=snap.degraded.get("notices"),
+        notices=tuple(seen.values()), rate_card=snap.rate_card, rate_card_error=snap.degraded.get("rate_card"),
+        cloud_error=snap.degraded.get("cloud"), reads_reservations=bool(rt.cloud.reads_reservations),
+        reservations=reservations,
+        reclaim=ReclaimApiFacts(offered=offered, status_call=status_call,
+                                status_error=snap.provider_status_error if status_call else None,
+                                provider_status=snap.provider_status if status_call else None),
+        restore_notices=pol.contract_restore_notices, restore_hold_seconds=pol.contract_restore_hold_seconds)
 
 
 def evaluate(rt: Runtime, snap: Snapshot) -> dict:
     """Each term per pool, with evidence, from this pass's observation and the notices on record."""
-    now = snap.now
-    provides_notices = rt.contract.provides_notices and "notices" not in snap.degraded
-    seen = {n["id"]: n for n in rt.store.notices_since(now - WINDOW_SECONDS)}
-    for nt in snap.notices:  # this pass's notices count even before they are recorded (seen now)
-        seen.setdefault(nt.id, {"id": nt.id, "instance_id": nt.instance_id, "kind": str(nt.kind),
-                                "issued_at": nt.issued_at, "deadline": nt.deadline, "delivered_at": nt.delivered_at,
-                                "pool": nt.pool, "reason": nt.reason, "first_seen_at": now})
-    seen = list(seen.values())
-    reclaim = _reclaim_api(rt, snap)
-    rc = snap.rate_card
-    pools: dict[str, dict] = {}
-    for name in rt.region.pools:
-        mine = [n for n in seen if n.get("pool") == name]
-        hard = [n for n in mine if n["kind"] == "hard"]
-        leads = [n["deadline"] - n["issued_at"] for n in hard if n["deadline"] is not None]
-        lat = [n["delivered_at"] - n["issued_at"] for n in hard if n.get("delivered_at") is not None]
-        terms: dict[str, dict] = {}
-        if not provides_notices:
-            why = snap.degraded.get("notices") or "no contract feed with notices is configured"
-            terms["notice"] = {"state": "missing", "evidence": {"error": why}}
-            terms["advisory"] = {"state": "missing", "evidence": {"error": why}}
-        else:
-            pol = rt.region.policy
-            term = notice_term([SeenNotice(id=n["id"], issued_at=n["issued_at"], deadline=n["deadline"],
-                                           first_seen_at=n.get("first_seen_at"), delivered_at=n.get("delivered_at"))
-                                for n in hard], now, restore_notices=pol.contract_restore_notices,
-                               restore_hold_seconds=pol.contract_restore_hold_seconds)
-            term["evidence"].update(lead_p50_s=_pct(leads, 0.5), delivery_p50_s=_pct(lat, 0.5),
-                                    delivery_p95_s=_pct(lat, 0.95), window_s=WINDOW_SECONDS)
-            terms["notice"] = term
-            warned = {n["instance_id"] for n in mine if n["kind"] in ("advisory", "calendar")}
-            unwarned = [n for n in hard if n["instance_id"] not in warned and "drill" not in (n["reason"] or "")]
-            adv = {"advisories": sum(1 for n in mine if n["kind"] != "hard"), "hard_without_advisory": len(unwarned)}
-            terms["advisory"] = {"state": "degraded" if hard and len(unwarned) * 2 > len(hard) else "met",
-                                 "evidence": adv}
-        if rc is None or name not in rc.prices or rc.version == "static":
-            if rc is None:
-                why = snap.degraded.get("rate_card", "no rate card")
-            elif rc.version == "static":
-                why = "no rate-card feed is configured (list prices from the config)"
-            else:
-                why = f"the rate card has no price for {name}"
-            terms["rate_card"] = {"state": "missing", "evidence": {"error": why}}
-        else:
-            age = now - rc.valid_from
-            stale = age > RATE_CARD_MAX_AGE or now > rc.valid_until
-            terms["rate_card"] = {"state": "degraded" if stale else "met",
-                                  "evidence": {"version": rc.version, "age_s": round(age, 1), "price": rc.prices[name],
-                                               "valid_until": rc.valid_until}}
-        if "cloud" in snap.degraded:
-            terms["reservations"] = {"state": "missing", "evidence": {"error": snap.degraded["cloud"]}}
-        elif not rt.cloud.reads_reservations:
-            terms["reservations"] = {"state": "missing", "evidence": {
-                "error": "no reservation service is read (Blazar is disabled: [openstack] blazar = false)"}}
-        else:
-            terms["reservations"] = {"state": "met", "evidence": {
-                "reservations_in_horizon": sum(1 for r in snap.reservations if r.pool == name), "read_at": now}}
-        terms["reclaim_api"] = reclaim
-        state = "met" if all(t["state"] == "met" for t in terms.values()) else "degraded"
-        pools[name] = {"state": state, "failing": [k for k in TERMS if terms[k]["state"] != "met"], "terms": terms}
-    return {"region": rt.region.name, "now": now, "pools": pools,
-            "met": all(p["state"] == "met" for p in pools.values())}
-
-
-def _reclaim_api(rt: Runtime, snap: Snapshot) -> dict:
-    if not isinstance(rt.contract, ReclaimPort):
-        return {"state": "missing", "evidence": {"error": "the contract feed offers no reclaim API"}}
-    if not isinstance(rt.contract, ProviderStatus):
-        # offered, but nothing was called this pass to show that it answers: not "met"
-        return {"state": "unknown", "evidence": {"error": "the feed offers a reclaim API but no status call to "
-                                                          "check that it answers"}}
-    # the status call is made by observe(), with the other sources and under the same deadline
-    if snap.provider_status_error is not None:
-        return {"state": "missing", "evidence": {"error": snap.provider_status_error}}
-    return {"state": "met", "evidence": {"status_call": "answered",
-                                         "provider_view": _provider_reclaim_view(snap.provider_status)}}
-
-
-def _provider_reclaim_view(body) -> object:
-    """What the provider's status says of its reclaim API (kept as evidence, not trusted as ours)."""
-    terms = body.get("terms") if isinstance(body, dict) else None
-    if isinstance(terms, list):
-        return next((t.get("state") for t in terms if isinstance(t, dict) and t.get("term") == "reclaim_api"), None)
-    return None
-
-
-def degraded_pools(report: dict) -> frozenset[str]:
-    return frozenset(name for name, p in report["pools"].items() if p["state"] != "met")
+    return evaluate_terms(rt.region.name, rt.region.pools, facts(rt, snap))
 
 
 def record_changes(rt: Runtime, report: dict) -> list[dict]:
@@ -134,14 +81,14 @@ def record_changes(rt: Runtime, report: dict) -> list[dict]:
     with rt.store.tx():
         for name, p in sorted(report["pools"].items()):
             key = f"contract:{name}"
-            value = p["state"] if p["state"] == "met" else "degraded:" + ",".join(p["failing"])
+            value = recorded_value(p)
             before = rt.store.get_value(key)
             if before == value:
                 continue
             rt.store.set_value(key, value, now)
-            if before is None and p["state"] == "met":
+            kind = change_kind(before, p)
+            if kind is None:
                 continue  # first sight of a healthy pool: nothing to announce
-            kind = "restored" if p["state"] == "met" else "degraded"
             evidence = {t: p["terms"][t] for t in p["failing"]} if p["failing"] else {}
             rt.store.audit(actor=rt.actor, action=f"contract.{kind}", target=name, result=value,
                            inputs={"previous": before, "failing": p["failing"], "evidence": evidence,
@@ -157,19 +104,11 @@ def record_late_notice(rt: Runtime, pool: str, notice: SeenNotice, now: float) -
     """Flip a pool's notice term where a late notice is seen (the watcher), not a pass later: the
     same record as a pass's flip (audit record + lifecycle event). None when it was not late, or the
     pool already counts its notice term as failing."""
-    why = lateness(notice)
-    if not why or pool not in rt.region.pools:
+    if pool not in rt.region.pools:
         return None
-    key = f"contract:{pool}"
-    before = rt.store.get_value(key)
-    failing = sorted(set(before.split(":", 1)[1].split(",")) | {"notice"}) if before and before.startswith(
-        "degraded:") else ["notice"]
-    if before and before.startswith("degraded:") and "notice" in before.split(":", 1)[1].split(","):
+    report = late_notice_report(pool, rt.store.get_value(f"contract:{pool}"), notice, now)
+    if report is None:
         return None
-    term = {"state": "degraded", "evidence": {"late": 1, "last_late": {"id": notice.id, "why": why,
-                                                                      "issued_at": notice.issued_at}}}
-    report = {"now": now, "pools": {pool: {"state": "degraded", "failing": failing, "terms": {"notice": term, **{
-        t: {"state": "degraded", "evidence": {"recorded": before}} for t in failing if t != "notice"}}}}}
     changes = record_changes(rt, report)
     return changes[0] if changes else None
 

@@ -10,7 +10,9 @@ it would in production, and stops early when demand served drops below
 The score, per victim: the notice was delivered within 1 s; it left >= 120 s
 at receipt; the node was drained before the deadline; no running work was
 lost; the capacity was returned (deleted, allocations freed) by the deadline.
-Plus the time to a replacement when work had to move.
+Plus the time to a replacement when work had to move. The rules (scoring, when
+to stop, when a victim is handled) are pure functions in :mod:`spotctl.core.drill`;
+this module gathers what was recorded into its facts and records the drill.
 """
 
 from __future__ import annotations
@@ -24,17 +26,29 @@ import socket
 from collections.abc import Callable
 
 from spotctl.core.budget import Priority
+from spotctl.core.contract import SeenNotice
+from spotctl.core.drill import (
+    MIN_NOTICE_SECONDS,
+    DrainRound,
+    DrillFacts,
+    SeenTransition,
+    VictimFacts,
+    stop_reason,
+    victim_handled,
+)
+from spotctl.core.drill import score as score_drill
 from spotctl.core.errors import ConfigError, NotFoundError, RefusedError, StateError, UsageError
 from spotctl.core.models import NodeState
 from spotctl.core.ports import ReclaimPort
 
+from .contract import seen_notice
 from .reconcile import run_pass
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 ACTIVE_KEY = "drill:active"
-MIN_NOTICE = 120
+MIN_NOTICE = MIN_NOTICE_SECONDS
 
 
 def _key(drill_id: str) -> str:
@@ -169,28 +183,18 @@ def _reclaim(rt: Runtime, instance_ids: list[str], drill: dict) -> tuple[dict[st
 
 
 def _stop_condition(rt: Runtime, drill: dict, last_pass) -> str | None:
-    for n in rt.store.notices_since(drill["started_at"]):
-        if n["kind"] == "hard" and n["deadline"] is not None and n["deadline"] - n["first_seen_at"] < MIN_NOTICE - 1:
-            return f"notice {n['id']} arrived with {int(n['deadline'] - n['first_seen_at'])} s left (< {MIN_NOTICE} s)"
-    if last_pass is not None and last_pass.plan is not None:
-        d = last_pass.plan.demand
-        pending = d.get("pending") or 0
-        if pending >= 10:
-            served = 100.0 * (pending - d.get("unplaced", 0)) / pending
-            if served < rt.region.policy.drill_min_served_pct:
-                return f"demand served dropped to {served:.0f}% (< {rt.region.policy.drill_min_served_pct:g}%)"
-    return None
+    demand = last_pass.plan.demand if last_pass is not None and last_pass.plan is not None else None
+    return stop_reason((seen_notice(n) for n in rt.store.notices_since(drill["started_at"])), demand,
+                       rt.region.policy.drill_min_served_pct)
 
 
 def _done(rt: Runtime, drill: dict) -> bool:
-    grace = 60
     for v in drill["victims"]:
-        if "reclaim_error" in v:
-            continue  # the provider refused it: nothing to wait for
-        if "reclaimed_at" not in v:
-            return False
-        node = rt.store.find_node(v["node"])
-        if node is not None and node.live and rt.now() < v["reclaimed_at"] + drill["notice_seconds"] + grace:
+        asked = "reclaimed_at" in v and "reclaim_error" not in v  # only then does its node matter
+        node = rt.store.find_node(v["node"]) if asked else None
+        if not victim_handled(refused="reclaim_error" in v, reclaimed_at=v.get("reclaimed_at"),
+                              live=node is not None and node.live, now=rt.now(),
+                              notice_seconds=drill["notice_seconds"]):
             return False
     return True
 
@@ -279,84 +283,43 @@ def status(rt: Runtime, drill_id: str) -> dict:
 
 
 def report(rt: Runtime, drill_id: str) -> dict:
-    """Score a drill from what was recorded: notices, transitions, actions, audit records."""
+    """Score a drill (:func:`spotctl.core.drill.score`) from what was recorded: notices, transitions,
+    accepted drain rounds (audit records), activations."""
     drill = load(rt, drill_id)
-    notices = {n["id"]: n for n in rt.store.notices_since(drill["started_at"] - 1)}
-    by_instance: dict[str, dict] = {}
-    for n in notices.values():
-        if n["kind"] == "hard":
-            by_instance.setdefault(n["instance_id"], n)
-    drains = {}  # node -> its first drain round every bound scheduler accepted (evidence, not the state change)
-    for a in rt.store.audit_query(since=drill["started_at"] - 1, action="node.drain"):
-        if a["result"] == "ok":
-            drains.setdefault(a["target"], a)
-    rows = []
-    checks = passed = 0
-    for v in drill["victims"]:
-        if "reclaim_error" in v:  # the provider's reclaim API refused it: a failed check, not a skipped one
-            rows.append({"node": v["node"], "reclaim_error": v["reclaim_error"]})
-            checks += 1
-            continue
-        if "reclaimed_at" not in v:
-            rows.append({"node": v["node"], "skipped": "not reclaimed (drill stopped before its wave)"})
-            continue
-        n = by_instance.get(v["instance_id"])  # the hard notice: what the notice checks are about
-        first = notices.get(v.get("notice_id") or "")
-        advised = first is not None and first["kind"] != "hard"
-        trans = rt.store.transitions(v["node"])
-        at = {t["to_state"]: t["at"] for t in trans}
-        if n is not None:
-            deadline = n["deadline"]
-        elif advised and first["deadline"] is not None:
-            deadline = first["deadline"]  # the advisory announces when the hard notice's deadline falls
-        else:
-            deadline = v["reclaimed_at"] + drill.get("advisory_lead_seconds", 0) + drill["notice_seconds"]
-        latency = None if not n or n.get("delivered_at") is None else round(n["delivered_at"] - n["issued_at"], 3)
-        left = None if not n else round(n["deadline"] - n["first_seen_at"], 1)
-        lead = None if not n or n["deadline"] is None else round(n["deadline"] - n["issued_at"], 1)
-        drain = drains.get(v["node"])
-        drained_at = drain["at"] if drain is not None else None
-        running = (drain or {}).get("inputs", {}).get("running", 0) or 0
-        drained_in_time = drained_at is not None and drained_at <= deadline
-        returned_at = at.get("deleting")
-        # returned by us: deleted, and its release verified — not taken back by the provider at the deadline
-        gone = any(t["to_state"] == "gone" and not t["reason"].startswith("reclaimed after notice") for t in trans)
-        replacement = _replacement_time(rt, drill, v, drained_at) if running else None
-        # With an advisory lead the node may be drained and returned before the hard notice comes:
-        # the notice's own checks (delivery, lead) were then not exercised — neither passed nor failed.
-        unchecked = ["delivery_latency", "notice_lead"] if n is None and advised and "gone" in at else []
-        if drain is not None and "running" not in drain.get("inputs", {}):
-            unchecked.append("jobs_lost")  # that round did not say what ran there (a watcher round)
-        row = {
-            "node": v["node"], "notice": n["id"] if n else None, "advisory": first["id"] if advised else None,
-            "unchecked": unchecked, "delivery_latency_s": latency,
-            "notice_lead_s": lead, "left_at_receipt_s": left, "drained_at": drained_at, "drained_before_deadline": drained_in_time,
-            "jobs_requeued": running if drained_in_time else 0, "jobs_lost": 0 if drained_in_time else running,
-            "time_to_replacement_s": replacement,
-            "capacity_returned_by_deadline": bool(returned_at is not None and returned_at <= deadline and gone),
-            "final_state": trans[-1]["to_state"] if trans else None,
-        }
-        for name, ok in (("delivery_latency", latency is not None and latency <= 1.0),
-                         ("notice_lead", lead is not None and lead >= MIN_NOTICE),
-                         ("drained_before_deadline", drained_in_time), ("jobs_lost", row["jobs_lost"] == 0),
-                         ("capacity_returned", row["capacity_returned_by_deadline"])):
-            if name in unchecked:
-                continue
-            checks += 1
-            passed += int(bool(ok))
-        rows.append(row)
     return {"id": drill["id"], "region": drill["region"], "pool": drill["pool"], "status": drill["status"],
             "abort_reason": drill["abort_reason"], "started_at": drill["started_at"],
             "finished_at": drill["finished_at"], "notice_seconds": drill["notice_seconds"],
-            "score": round(100.0 * passed / checks, 1) if checks else None, "checks": checks, "passed": passed,
-            "victims": rows}
+            **score_drill(facts(rt, drill))}
 
 
-def _replacement_time(rt: Runtime, drill: dict, victim: dict, drained_at: float | None) -> float | None:
-    """Seconds from the reclaim to a node launched afterwards (elsewhere) becoming active."""
-    t0 = victim["reclaimed_at"]
-    times = [at - t0 for node, at in rt.store.activations_since(t0) if node != victim["node"]]
-    return round(min(times), 1) if times else None
+def facts(rt: Runtime, drill: dict) -> DrillFacts:
+    """What was recorded of a drill's victims, as the facts its score is computed from."""
+    notices = {n["id"]: seen_notice(n) for n in rt.store.notices_since(drill["started_at"] - 1)}
+    hard_by_instance: dict[str | None, SeenNotice] = {}
+    for n in notices.values():
+        if n.kind == "hard":
+            hard_by_instance.setdefault(n.instance_id, n)
+    drains: dict[str, DrainRound] = {}  # node -> its first drain round every bound scheduler accepted
+    for a in rt.store.audit_query(since=drill["started_at"] - 1, action="node.drain"):
+        if a["result"] == "ok" and a["target"] not in drains:
+            inputs = a.get("inputs") or {}
+            drains[a["target"]] = DrainRound(at=a["at"], running=(inputs["running"] or 0) if "running" in inputs
+                                             else None)
+    victims = []
+    for v in drill["victims"]:
+        if "reclaim_error" in v or "reclaimed_at" not in v:
+            victims.append(VictimFacts(node=v["node"], instance_id=v.get("instance_id"),
+                                       reclaim_error=v.get("reclaim_error")))
+            continue
+        victims.append(VictimFacts(
+            node=v["node"], instance_id=v.get("instance_id"), reclaimed_at=v["reclaimed_at"],
+            hard_notice=hard_by_instance.get(v.get("instance_id")), first_notice=notices.get(v.get("notice_id") or ""),
+            drain=drains.get(v["node"]),
+            transitions=tuple(SeenTransition(t["to_state"], t["at"], t["reason"] or "")
+                              for t in rt.store.transitions(v["node"])),
+            activations=tuple(rt.store.activations_since(v["reclaimed_at"]))))
+    return DrillFacts(notice_seconds=drill["notice_seconds"],
+                      advisory_lead_seconds=drill.get("advisory_lead_seconds", 0), victims=tuple(victims))
 
 
 def abort(rt: Runtime, drill_id: str, reason: str | None = None) -> dict:

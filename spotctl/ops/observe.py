@@ -40,7 +40,7 @@ from spotctl.core.models import (
     RateCard,
     WorkUnit,
 )
-from spotctl.core.planner import PlanInput, build_input
+from spotctl.core.plan_input import PlanInput, build_input
 from spotctl.core.ports import ProviderStatus, ReclaimPort
 
 from .runtime import Runtime

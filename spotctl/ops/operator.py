@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import hashlib
 
+from spotctl.core.actions import Action
 from spotctl.core.budget import Priority
 from spotctl.core.capacity import headroom
 from spotctl.core.errors import RefusedError, SpotctlError, UsageError
-from spotctl.core.models import NodeState
-from spotctl.core.planner import Action
+from spotctl.core.lifecycle import drainable, drainable_states
 
 from .act import Outcome, execute
 from .runtime import Runtime
@@ -89,8 +89,8 @@ def drain(rt: Runtime, node_id: str, reason: str, *, dry_run: bool = False,
 
 def _drain_action(rt: Runtime, node_id: str, reason: str) -> tuple[Action, dict]:
     node = rt.store.node(node_id)  # NotFoundError for an unknown node
-    if node.state not in (NodeState.ACTIVE, NodeState.ADVISED, NodeState.BUILDING):
-        raise RefusedError(f"node {node.id} is {node.state}; only building, active or advised nodes can be drained")
+    if not drainable(node.state):
+        raise RefusedError(f"node {node.id} is {node.state}; only {drainable_states()} nodes can be drained")
     action = Action(id=_action_id(rt, "drain", node.id), kind="drain", priority=Priority.OPERATOR,
                     reason=f"operator ({rt.actor}): {reason.strip()}", pool=node.pool, node=node.id,
                     inputs={"requested_by": rt.actor})

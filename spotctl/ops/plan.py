@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from spotctl.core.errors import StateError, UsageError
-from spotctl.core.planner import Plan, PlanInput, plan as make_plan
+from spotctl.core.actions import Plan
+from spotctl.core.plan_input import PlanInput
+from spotctl.core.planner import plan as make_plan
 
 from . import contract
 from .observe import observe, plan_input

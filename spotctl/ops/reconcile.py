@@ -9,7 +9,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from spotctl.core.planner import Plan, plan as make_plan
+from spotctl.core.actions import Plan
+from spotctl.core.planner import plan as make_plan
 
 from . import contract
 from .act import Outcome, execute, execute_drains, resume

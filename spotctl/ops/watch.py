@@ -15,12 +15,13 @@ import logging
 import threading
 import time
 
+from spotctl.core.actions import Action
 from spotctl.core.budget import Priority
 from spotctl.core.contract import SeenNotice
 from spotctl.core.errors import ConfigError, RefusedError, SpotctlError
 from spotctl.core.lifecycle import forced_round
 from spotctl.core.models import Node, NodeState, Notice, NoticeKind
-from spotctl.core.planner import Action
+from spotctl.core.notices import decide_notice
 from spotctl.core.ports import NoticeStream
 
 from . import contract
@@ -58,13 +59,14 @@ def handle(rt: Runtime, notice: Notice, received_at: float, stop: threading.Even
 
 def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
                  stop: threading.Event | None = None) -> list[dict]:
-    """Act on a batch of notices now, all at once: every hard notice's node is drained in every
-    scheduler concurrently (a reclaim storm of 50 notices in one poll is cordoned within seconds),
-    advisories cordon. One event per notice: what was done and how fast."""
+    """Act on a batch of notices now, all at once, as the planner would (:func:`~spotctl.core.notices.decide_notice`):
+    every hard notice's node is drained in every scheduler concurrently (a reclaim storm of 50 notices
+    in one poll is cordoned within seconds), advisories cordon (or drain, when their reclaim is near).
+    One event per notice: what was done and how fast."""
     stop = stop or threading.Event()
     t0 = time.monotonic()
     events: list[dict] = []
-    todo: list[tuple[dict, Action, Node]] = []
+    todo: list[tuple[dict, Action, Node, Notice]] = []
     for notice in notices:
         out: dict = {"notice": notice.id, "kind": str(notice.kind), "instance_id": notice.instance_id,
                      "deadline_in_s": None if notice.deadline is None else round(notice.deadline - received_at, 3),
@@ -90,34 +92,35 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
         if node is None or not node.live:
             out["action"] = "none: not one of our live nodes"
             continue
-        if notice.kind is NoticeKind.HARD and node.state in (NodeState.ACTIVE, NodeState.ADVISED, NodeState.BUILDING):
-            kind, why = "drain", f"hard notice {notice.id} ({notice.reason or 'reclaim'}), handled by the watcher"
-        elif notice.kind is not NoticeKind.HARD and node.state is NodeState.ACTIVE and not node.cordoned:
-            kind, why = "cordon", f"{notice.kind.value} advisory {notice.id} ({notice.reason or 'reclaim risk'}): " \
-                                  "stop new placements"
-        else:
-            out["action"] = f"none: node {node.id} is {node.state}"
+        # the planner's rule (one decision in core); the watcher reads no scheduler, so a node still
+        # booting is not known to one: the next pass cordons it once it has registered
+        decision = decide_notice(notice, node.state, received_at, rt.region.policy, cordoned=node.cordoned,
+                                 cordoned_by_us=node.cordoned, known=node.state is not NodeState.BUILDING)
+        if decision is None or decision.kind is None:
+            out["action"] = f"none: {decision.reason}" if decision else f"none: node {node.id} is {node.state}"
             continue
-        if any(a.node == node.id for _, a, _ in todo):
+        if any(a.node == node.id for _, a, _, _ in todo):
             out["action"] = f"none: node {node.id} is handled by another notice of this batch"
             continue
+        kind = decision.kind
         action = Action(id="w-" + hashlib.sha1(f"{notice.id}|{kind}".encode()).hexdigest()[:12], kind=kind,
-                        priority=Priority.RECLAIM, reason=why, pool=node.pool, node=node.id, deadline=notice.deadline,
-                        inputs={"notice": notice.id, "received_at": received_at, "source": "watcher"})
-        todo.append((out, action, node))
+                        priority=decision.priority, reason=f"{decision.reason}, handled by the watcher",
+                        pool=node.pool, node=node.id, deadline=decision.deadline,
+                        inputs={**decision.inputs, "received_at": received_at, "source": "watcher"})
+        todo.append((out, action, node, notice))
     if not todo:
         return events
     _lock(rt, stop)
     try:
         drains = []
-        for out, action, node in todo:
+        for out, action, node, notice in todo:
             fresh = rt.store.node(node.id)
-            if action.kind == "drain" and fresh.notice_id != action.inputs["notice"]:
-                rt.store.update_node(fresh, notice_id=action.inputs["notice"], notice_deadline=action.deadline)
+            if notice.kind is NoticeKind.HARD and fresh.notice_id != notice.id:  # recorded as observe does
+                rt.store.update_node(fresh, notice_id=notice.id, notice_deadline=notice.deadline)
             if action.kind == "drain":
                 drains.append((out, action))
         results = dict(zip((a.id for _, a in drains), execute_drains(rt, [a for _, a in drains], None)))
-        for out, action, node in todo:
+        for out, action, node, _ in todo:
             result: Outcome = results[action.id] if action.id in results else execute(rt, action, None)
             out.update(action=action.kind, node=node.id, status=result.status,
                        seconds_to_accepted=round(time.monotonic() - t0, 4),

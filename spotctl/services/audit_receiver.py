@@ -14,32 +14,33 @@ Implements ``docs/audit/openapi.yaml`` for small sites and for the tests:
 - Every ``/v1/records`` and ``/v1/batches`` call needs ``Authorization: Bearer <token>``.
 
 The store is append-only: triggers refuse UPDATE and DELETE. The record hash is
-recomputed here from the record (SHA-256 of the previous hash followed by the
-canonical JSON of id, at, actor, action, target, result, inputs), independently
-of the code that wrote it, so a record altered on its way is refused.
+recomputed here from the record's content (SHA-256 of the previous hash followed
+by the canonical JSON of id, at, actor, action, target, result, inputs:
+``spotctl.core.audit``, the one definition the state store writes with), never
+taken from the sender, so a record altered on its way is refused.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
 import sqlite3
 import threading
-import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from spotctl.core.audit import HASHED_FIELDS, canonical, record_hash
 from spotctl.core.errors import ConfigError, StateError
+from spotctl.core.ports import Clock, SystemClock
+from spotctl.core.secrets import SecretFile
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1000
 MAX_BODY = 16 * 1024 * 1024
-HASHED_FIELDS = ("id", "at", "actor", "action", "target", "result", "inputs")
 REQUIRED = HASHED_FIELDS + ("prev_hash", "hash", "region")
 
 SCHEMA = """
@@ -62,19 +63,11 @@ CREATE TRIGGER IF NOT EXISTS records_no_delete BEFORE DELETE ON records
 """
 
 
-def canonical(obj) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def record_hash(record: dict) -> str:
-    body = {k: record[k] for k in HASHED_FIELDS}
-    return hashlib.sha256((record["prev_hash"] + canonical(body)).encode()).hexdigest()
-
-
 class Ledger:
     """The receiver's append-only SQLite store."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, clock: Clock | None = None):
+        self.clock = clock or SystemClock()  # the receipt time of each record
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(str(path), timeout=10, isolation_level=None, check_same_thread=False)
@@ -89,7 +82,7 @@ class Ledger:
     def append(self, items: list[dict]) -> list[dict]:
         """Store a batch in one transaction; one result per item, in order."""
         results = []
-        now = time.time()
+        now = self.clock.now()
         with self.lock:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
@@ -185,7 +178,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorised(self) -> bool:
         got = self.headers.get("Authorization", "")
         scheme, _, token = got.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.server.token.encode()):
+        try:
+            expected = self.server.token.value() if isinstance(self.server.token, SecretFile) else self.server.token
+        except ConfigError as e:  # the token file went missing or empty under a running receiver
+            log.error("audit receiver: %s", e.message)
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "the receiver cannot read its token")
+            return False
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode()):
             return True
         self._error(HTTPStatus.UNAUTHORIZED, "unauthorized", "a valid bearer token is required")
         return False
@@ -244,9 +243,9 @@ class _Handler(BaseHTTPRequestHandler):
 class AuditServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], ledger: Ledger, token: str):
+    def __init__(self, address: tuple[str, int], ledger: Ledger, token: str | SecretFile):
         self.ledger = ledger
-        self.token = token
+        self.token = token  # a SecretFile (--token-file) is read on each request: a rotated file takes effect at once
         super().__init__(address, _Handler)
 
     @property
@@ -255,18 +254,19 @@ class AuditServer(ThreadingHTTPServer):
         return f"http://{host}:{port}"
 
 
-def make_server(db: str | Path, token: str, host: str = "127.0.0.1", port: int = 8470) -> AuditServer:
+def make_server(db: str | Path, token: str | SecretFile, host: str = "127.0.0.1", port: int = 8470, *,
+                clock: Clock | None = None) -> AuditServer:
     """Build (not start) a receiver; ``serve_forever()`` runs it, ``shutdown()`` stops it."""
     if not token:
         raise ConfigError("the audit receiver needs a bearer token",
                           hint="pass --token-file FILE or set SPOTCTL_AUDIT_TOKEN")
     try:
-        return AuditServer((host, port), Ledger(db), token)
+        return AuditServer((host, port), Ledger(db, clock), token)
     except OSError as e:
         raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}") from None
 
 
-def serve(db: str | Path, token: str, host: str = "127.0.0.1", port: int = 8470,
+def serve(db: str | Path, token: str | SecretFile, host: str = "127.0.0.1", port: int = 8470,
           ready=lambda url: None) -> None:
     """Run the receiver until interrupted."""
     server = make_server(db, token, host, port)

@@ -30,10 +30,13 @@ import threading
 import time
 import zlib
 from types import SimpleNamespace
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
+
+from spotctl.core.ports import Clock, SystemClock
+from spotctl.core.secrets import SecretFile
+from spotctl.core.timefmt import iso as _iso
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +55,8 @@ _KEEP_RECLAIMS = 10000
 
 
 def iso(t: float | None) -> str | None:
-    """RFC 3339 UTC with milliseconds (the API's one timestamp format)."""
-    if t is None or not math.isfinite(t):
-        return None
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """RFC 3339 UTC with milliseconds (the API's one timestamp format; :func:`spotctl.core.timefmt.iso`)."""
+    return _iso(t, "milliseconds")
 
 
 class ApiError(Exception):
@@ -75,14 +76,14 @@ def _int(v: object) -> bool:
 class ContractAPI:
     """The API's state over one world. Thread-safe; every method takes the lock."""
 
-    def __init__(self, world, *, clock: Callable[[], float] = time.time, max_wait: float = MAX_WAIT,
+    def __init__(self, world, *, clock: Clock | None = None, max_wait: float = MAX_WAIT,
                  provider: str = "spotctl-sim"):
         self.world = world
-        self.clock = clock
+        self.clock = clock or SystemClock()
         self.max_wait = max(0.0, min(float(max_wait), MAX_WAIT))
         self.provider = provider
         self.cond = threading.Condition(threading.RLock())
-        self.epoch = str(int(clock()))  # cursors from another server run are recognised as such
+        self.epoch = str(int(self.clock.now()))  # cursors from another server run are recognised as such
         self.log: list[dict] = []  # entries in cursor order
         self.by_id: dict[str, dict] = {}  # notice id -> log entry
         self.extra: dict[str, dict] = {}  # advisories this API issued itself (reclaims with advisory lead), in force
@@ -98,7 +99,7 @@ class ContractAPI:
     def sync(self) -> None:
         """Advance the world to now; log new notices; issue due hard notices; update receipts."""
         with self.cond:
-            now = self.clock()
+            now = self.clock.now()
             w = self.world
             if now - w.now >= 0.05:
                 w.advance(now)
@@ -413,9 +414,9 @@ class ContractServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, api: ContractAPI, token: str | None):
+    def __init__(self, address, api: ContractAPI, token: str | SecretFile | None):
         self.api = api
-        self.token = token
+        self.token = token  # a SecretFile is read on each request: a rotated token file takes effect at once
         self._stop = threading.Event()
         super().__init__(address, _Handler)
 
@@ -444,8 +445,8 @@ class ContractServer(ThreadingHTTPServer):
                 log.exception("contract API: advancing the simulated world failed")
 
 
-def make_server(world, host: str = "127.0.0.1", port: int = 8787, *, token: str | None = None,
-                max_wait: float = MAX_WAIT, clock: Callable[[], float] = time.time) -> ContractServer:
+def make_server(world, host: str = "127.0.0.1", port: int = 8787, *, token: str | SecretFile | None = None,
+                max_wait: float = MAX_WAIT, clock: Clock | None = None) -> ContractServer:
     """A contract API server over ``world``, bound (port 0 = any free port) but not yet serving."""
     return ContractServer((host, port), ContractAPI(world, clock=clock, max_wait=max_wait), token)
 
@@ -551,6 +552,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _auth(self) -> None:
         token = self.server.token
+        if isinstance(token, SecretFile):
+            token = token.value()  # ConfigError (unreadable or empty now): a 500, logged
         if not token:
             return
         got = self.headers.get("Authorization", "")
@@ -660,8 +663,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def region_endpoint(region) -> tuple[str | None, int | None, str | None]:
-    """Host, port and token of the region's ``[contract]`` table (what ``sim serve`` defaults to)."""
+def region_endpoint(region) -> tuple[str | None, int | None, str | SecretFile | None]:
+    """Host, port and token of the region's ``[contract]`` table (what ``sim serve`` defaults to); a
+    ``token_file`` is returned as a :class:`SecretFile`, which the server re-reads when it is rotated."""
     sec = region.section("contract") or {}
     host = port = None
     if sec.get("url"):
@@ -671,16 +675,10 @@ def region_endpoint(region) -> tuple[str | None, int | None, str | None]:
             port = u.port
         except ValueError:
             port = None
-    token = sec.get("token")
+    token: str | SecretFile | None = sec.get("token") or None
     if not token and sec.get("token_file"):
-        from pathlib import Path
-
-        from spotctl.core.errors import ConfigError
-
-        try:
-            token = Path(sec["token_file"]).expanduser().read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ConfigError(f"cannot read the contract token_file {sec['token_file']}: {e.strerror}") from None
+        token = SecretFile(sec["token_file"], setting=f"regions.{region.name}.contract.token_file")
+        token.value()  # a missing or empty file is a ConfigError before the server starts
     return host, port, token
 
 
@@ -710,7 +708,7 @@ def populate(world, count: int) -> list[str]:
 def serve_region(region, world_factory, *, host: str | None = None, port: int | None = None,
                  seed: int | None = None, token: str | None = None, instances: int = 6,
                  max_wait: float = MAX_WAIT, announce: Callable[[str], None] = print,
-                 warn: Callable[[str], None] = print) -> dict:
+                 warn: Callable[[str], None] = print, clock: Clock | None = None) -> dict:
     """Serve the contract API of ``region``'s simulator until Ctrl-C (KeyboardInterrupt) or SIGTERM.
 
     Host, port and token default to the region's ``[contract]`` table (so ``spotctl plan``
@@ -734,14 +732,15 @@ def serve_region(region, world_factory, *, host: str | None = None, port: int | 
     port = cfg_port if port is None else port
     port = DEFAULT_PORT if port is None else port
     token = token if token is not None else cfg_token
-    start = time.time()
+    clock = clock or SystemClock()
+    start = clock.now()
     # Start the world a minute back and advance it, so that events due at its start (reservations
     # taking hosts) have run before the instances are placed.
     world, *_ = world_factory(region, start - 60.0, region.seed if seed is None else seed)
     world.advance(start)
     made = populate(world, instances)
     try:
-        server = make_server(world, host, port, token=token or None, max_wait=max_wait)
+        server = make_server(world, host, port, token=token or None, max_wait=max_wait, clock=clock)
     except OSError as e:
         raise UnavailableError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
@@ -766,39 +765,5 @@ def serve_region(region, world_factory, *, host: str | None = None, port: int | 
         if old is not None:
             signal.signal(signal.SIGTERM, old)
     return {"url": server.url, "region": region.name, "seed": world.seed, "stopped": stopped,
-            "served_seconds": round(time.time() - start, 3), "notices_logged": len(server.api.log),
+            "served_seconds": round(clock.now() - start, 3), "notices_logged": len(server.api.log),
             "reclaims": len(server.api.reclaims)}
-
-
-def fetch_world(url: str, token: str | None = None, timeout: float = 5.0) -> dict:
-    """``GET /sim/v1/world`` of a running ``spotctl sim serve`` (stdlib client; errors translated)."""
-    import urllib.error
-    import urllib.request
-
-    from spotctl.core.errors import AuthError, NotFoundError, UnavailableError
-
-    req = urllib.request.Request(url.rstrip("/") + "/sim/v1/world", headers={"Accept": "application/json"})
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read().decode("utf-8"))
-    except urllib.error.HTTPError as e:
-        if e.code in (401, 403):
-            raise AuthError(f"the simulator at {url} refused the token (HTTP {e.code})",
-                            hint="pass the server's --token (or set the region's [contract] token)") from None
-        if e.code == 404:
-            raise NotFoundError(f"{url} is not a spotctl simulator (no /sim/v1/world)") from None
-        raise UnavailableError(f"the simulator at {url} answered HTTP {e.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
-        raise UnavailableError(f"cannot reach the simulator at {url}: {reason}",
-                               hint="start it with `spotctl sim serve`") from None
-
-
-def world_status(region, *, url: str | None = None, token: str | None = None) -> dict:
-    """The world of a running ``spotctl sim serve`` for ``region`` (URL and token default to its [contract])."""
-    cfg_token = region_endpoint(region)[2]
-    if url is None:
-        url = (region.section("contract") or {}).get("url") or f"http://127.0.0.1:{DEFAULT_PORT}"
-    return fetch_world(url, token if token is not None else cfg_token)

@@ -18,11 +18,11 @@ Notices come from two sources:
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from spotctl.core.errors import NotFoundError
 from spotctl.core.models import Notice, NoticeKind, PoolClass, PoolKind, PoolSpec, RateCard, Reclaim, ReclaimReceipt
+from spotctl.core.timefmt import iso as _iso
 
 from .rng import diurnal, keyed, mix, poisson, stable_int
 
@@ -45,7 +45,8 @@ def base_price(pool: PoolSpec) -> float:
 
 
 def iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    """Notice reasons name times to the second (:func:`spotctl.core.timefmt.iso`)."""
+    return _iso(t) or "-"
 
 
 class NoticeRec:

@@ -30,6 +30,7 @@ from pathlib import Path
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import NotFoundError, StateError, TemporaryError
 from spotctl.core.models import PoolClass, Scheduler
+from spotctl.core.stats import percentile
 
 from . import store
 from .cloud import Fleet, Host, SimCloud, build_hosts
@@ -56,11 +57,10 @@ def fingerprint(region: RegionConfig, seed: int) -> str:
     return f"{stable_int(*parts):016x}"
 
 
-def _pct(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    i = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
-    return float(sorted_values[i])
+def _pct(values: list[float], q: float) -> float:
+    """The report's percentile (:func:`spotctl.core.stats.percentile`, nearest rank); 0.0 without values."""
+    p = percentile(values, q)
+    return 0.0 if p is None else p
 
 
 class SimWorld:

@@ -6,7 +6,7 @@ the inputs that produced each plan; pool failure memory; notices seen; and the
 **outbox** — lifecycle events (CloudEvents) and audit records written in the
 same transaction as the state change they describe, for the relays to deliver.
 
-Audit records are chained: each carries the SHA-256 of the previous one.
+Audit records are chained: each carries the SHA-256 of the previous one (the chain: spotctl.core.audit).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+from spotctl.core.audit import GENESIS, audit_hash, canonical, walk
 from spotctl.core.budget import Bucket, Priority
 from spotctl.core.errors import NotFoundError, StateError
 from spotctl.core.lifecycle import check_transition, event_type
@@ -101,20 +101,9 @@ MIGRATIONS: dict[int, str] = {
 _NODE_COLS = ("id", "pool", "state", "action_id", "instance_id", "host", "created_at", "updated_at", "reason",
               "cordoned", "idle_since", "notice_deadline", "notice_id", "price", "protected_until", "protect_closed")
 
-GENESIS = "0" * 64
-
 
 def iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def canonical(obj) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def audit_hash(record: dict, prev_hash: str) -> str:
-    body = {k: record[k] for k in ("id", "at", "actor", "action", "target", "result", "inputs")}
-    return hashlib.sha256((prev_hash + canonical(body)).encode()).hexdigest()
 
 
 # -- the state database as an input: every failure is a StateError naming the file (exit 9) ---------------
@@ -803,15 +792,9 @@ class Store:
         return [{**r, "inputs": _loads(self.path, "audit", r["id"], "inputs", r["inputs"])} for r in self.db.query(sql)]
 
     def verify_audit(self) -> tuple[bool, dict | None, int]:
-        """Walk the chain; return (ok, first bad record, records checked)."""
-        prev = GENESIS
-        n = 0
-        for rec in self.audit_records():
-            n += 1
-            if rec["prev_hash"] != prev or audit_hash(rec, prev) != rec["hash"]:
-                return False, rec, n
-            prev = rec["hash"]
-        return True, None, n
+        """Walk the chain (:func:`spotctl.core.audit.walk`); return (ok, first bad record, records checked)."""
+        w = walk(self.audit_records())
+        return w.ok, (dict(w.first_bad) if w.first_bad is not None else None), w.checked
 
     def outbox_rows(self, kind: str | None = None, pending_only: bool = False) -> list[dict]:
         sql = "SELECT * FROM outbox WHERE 1=1"

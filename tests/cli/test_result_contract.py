@@ -84,9 +84,44 @@ NOT_AN_ENVELOPE = {
     ("audit", "serve"): "a server: the reference audit receiver, tested in tests/integration/test_record.py",
     ("audit", "export"): "a data stream (JSON lines or CSV), tested in tests/unit/test_audit.py",
 }
-#: Every status an envelope may carry; scripts may rely on this list.
+#: Every status an envelope may carry; scripts may rely on this list. ("failed" was missing: `audit verify`
+#: answers it on a broken chain, `launch`/`drain` when their step failed.)
 STATUSES = {"ok", "error", "partial", "pending", "skipped", "dry-run", "mismatch", "unknown", "auth-failed", "met",
-            "degraded", "running", "done", "aborted"}
+            "degraded", "running", "done", "aborted", "failed"}
+
+
+def test_the_status_enum_is_the_pinned_list_and_a_step_status_is_one_of_them():
+    from spotctl.cli.render import ResultStatus
+    from spotctl.core.models import OutcomeStatus
+
+    assert {s.value for s in ResultStatus} == STATUSES
+    assert {s.value for s in OutcomeStatus} <= STATUSES
+    with pytest.raises(ValueError):
+        ResultStatus("finished")
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_an_enum_status_is_written_as_its_plain_value(capsys, fmt):
+    """StrEnum statuses serialise exactly as the strings did (yaml.safe_dump cannot represent an enum:
+    the envelope holds the plain value)."""
+    import json
+
+    import yaml
+
+    from spotctl.cli import render
+    from spotctl.core.models import OutcomeStatus
+
+    data = {"outcome": {"status": OutcomeStatus.PARTIAL, "detail": "é"}}
+    env = render.envelope("drain", data, status=OutcomeStatus.PARTIAL, exit_code=7)
+    assert type(env["status"]) is str and env == render.envelope("drain", {"outcome": {"status": "partial",
+                                                                                       "detail": "é"}},
+                                                                 status="partial", exit_code=7)
+    render.emit(fmt, "drain", data, status=OutcomeStatus.PARTIAL, exit_code=7)
+    enum_out = capsys.readouterr().out
+    render.emit(fmt, "drain", {"outcome": {"status": "partial", "detail": "é"}}, status="partial", exit_code=7)
+    assert enum_out == capsys.readouterr().out
+    got = json.loads(enum_out) if fmt == "json" else yaml.safe_load(enum_out)
+    assert got["status"] == "partial" and got["data"]["outcome"]["status"] == "partial"
 
 
 def test_every_command_is_covered():

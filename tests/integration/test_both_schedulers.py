@@ -150,8 +150,8 @@ def test_one_notice_drains_the_node_in_both_schedulers_at_once(lab, tmp_path):
 def test_a_drain_whose_slurm_node_name_is_wrong_is_partial_and_names_slurm(lab, tmp_path):
     """A misconfigured Slurm node name must not pass for a drained node: the pool is bound to Slurm
     (it names a partition), Slurm does not know the node, so the drain is partial and says so."""
+    from spotctl.core.actions import Action
     from spotctl.core.budget import Priority
-    from spotctl.core.planner import Action
     from spotctl.ops.act import execute
 
     s_env, k_env, region = lab

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from spotctl.adapters.contract_http import ContractFeed, parse_ts
+from spotctl.adapters.contract_http import ContractFeed
 from spotctl.core.errors import AuthError, NotFoundError, RefusedError, UnavailableError
+from spotctl.core.timefmt import parse_ts
 from spotctl.core.models import NoticeKind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,7 +243,7 @@ def test_receipts_follow_deletion_and_freed_capacity():
     world.advance(clock.now())
     (victim,) = populate(world, 1)
     clock.advance(300)  # booted
-    api = ContractAPI(world, clock=clock.now)
+    api = ContractAPI(world, clock=clock)
     rec = api.reclaim({"instance_ids": [victim], "notice_seconds": 130, "advisory_lead_seconds": 60})
     assert rec["instances"][0]["state"] == "advised"
     clock.advance(61)

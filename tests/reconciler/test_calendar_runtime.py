@@ -4,7 +4,7 @@ there afterwards (the simulated Slurm honours the window as real Slurm honours a
 
 from __future__ import annotations
 
-from spotctl.core.planner import node_protection
+from spotctl.core.notices import node_protection
 from spotctl.ops.observe import host_reclaims, observe
 
 from .conftest import advance

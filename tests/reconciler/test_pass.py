@@ -315,8 +315,8 @@ def test_a_pass_that_fails_half_way_is_recorded_and_a_killed_one_is_closed_by_th
 def test_a_scheduler_a_pool_is_bound_to_but_that_has_no_adapter_makes_a_drain_partial(make_rt):
     """A drain asked of no scheduler is not "ok": a pool bound to Kubernetes and Slurm in a runtime that has
     only Slurm records a partial drain naming the scheduler that was never asked."""
+    from spotctl.core.actions import Action
     from spotctl.core.budget import Priority
-    from spotctl.core.planner import Action
     from spotctl.ops.act import execute
 
     rt, world = make_rt()

@@ -109,3 +109,28 @@ def test_a_feed_that_does_not_hold_the_long_poll_is_asked_with_a_growing_backoff
     stats = fast.watch(rt, stop=stop, wait=5.0, max_batches=7)
     assert stats["batches"] == 7 and stats["errors"] == 0
     assert stop.pauses == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0], stop.pauses
+
+
+def test_the_watcher_decides_a_notice_by_the_planners_rule(make_rt):
+    """Issue 12: one decision (core.notices.decide_notice) for the planner and the watcher. An advisory whose
+    reclaim is near is drained, not only cordoned; a hard notice past its deadline returns the capacity."""
+    from spotctl.core.models import Notice, NoticeKind
+    from spotctl.core.notices import decide_notice
+
+    rt, world = make_rt()
+    advance(rt, world, 600, step=60)
+    a, b = [n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE][:2]
+    now = rt.now()
+    near = Notice(id="cal-near", instance_id=a.instance_id, kind=NoticeKind.CALENDAR, issued_at=now - 60,
+                  deadline=now + 300, reason="lease starts", pool=a.pool)
+    late = Notice(id="hard-late", instance_id=b.instance_id, kind=NoticeKind.HARD, issued_at=now - 200,
+                  deadline=now - 1, reason="reclaim", pool=b.pool)
+    events = fast.handle_batch(rt, [near, late], now)
+    assert [e["action"] for e in events] == ["drain", "delete"]
+    for notice, node, ev in ((near, a, events[0]), (late, b, events[1])):
+        assert ev["action"] == decide_notice(notice, node.state, now, rt.region.policy).kind and ev["status"] == "ok"
+    assert rt.store.node(a.id).state is NodeState.DRAINING and rt.store.node(b.id).state is NodeState.DELETING
+    # a node already draining is left to its drain's state machine
+    again = fast.handle(rt, Notice(id="hard-2", instance_id=a.instance_id, kind=NoticeKind.HARD, issued_at=now,
+                                   deadline=now + 150, pool=a.pool), now)
+    assert again["action"] == f"none: node {a.id} is draining"

@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from spotctl.cli.main import app
+from spotctl.core.audit import audit_hash
 from spotctl.ops.audit import parse_since
 from spotctl.services.audit_receiver import record_hash
-from spotctl.state.store import Store, audit_hash
+from spotctl.state.store import Store
 
 
 def cli(*args):
@@ -119,7 +120,12 @@ def test_export_jsonl_and_csv(db):
 
 
 def test_receiver_and_store_hash_records_the_same_way(db):
-    """Two independent implementations of the chain hash (docs/audit/openapi.yaml) agree."""
+    """The receiver checks a record with the store's one chain hash (spotctl.core.audit; its bytes are
+    pinned in tests/unit/test_audit_chain.py, and docs/audit/openapi.yaml's example hashes below)."""
+    import spotctl.core.audit as chain
+    import spotctl.services.audit_receiver as receiver
+
+    assert receiver.record_hash is chain.record_hash and receiver.canonical is chain.canonical
     for r in records(db):
         assert record_hash(r) == r["hash"]
 

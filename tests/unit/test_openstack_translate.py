@@ -15,6 +15,7 @@ from spotctl.core.errors import (
     CapacityError,
     ConfigError,
     NotFoundError,
+    RefusedError,
     TemporaryError,
     UnavailableError,
 )
@@ -34,7 +35,11 @@ def _http(status: int, message: str):
     (lambda: _http(409, "Cannot 'delete' instance while it is in task_state deleting"), TemporaryError),
     (lambda: _http(429, "Too many requests"), TemporaryError),
     (lambda: _http(503, "Service Unavailable"), TemporaryError),
-    (lambda: _http(400, "Invalid input"), UnavailableError),
+    # a 400 is refused (exit 6), as every adapter's HTTP rule says (spotctl.adapters._http); it was
+    # UnavailableError here while the contract feed said RefusedError and Kubernetes exit 1
+    (lambda: _http(400, "Invalid input"), RefusedError),
+    (lambda: _http(405, "Method not allowed"), UnavailableError),
+    (lambda: _http(410, "Gone"), TemporaryError),
 ])
 def test_http_errors_become_spotctl_errors(exc, kind):
     err = translate(exc(), "nova create server")

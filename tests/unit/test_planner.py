@@ -271,7 +271,7 @@ def test_placed_work_finishes_before_the_calendar_takes_the_capacity(s):
 def test_a_recorded_input_reproduces_its_plan(s):
     import json
 
-    from spotctl.core.planner import PlanInput
+    from spotctl.core.plan_input import PlanInput
 
     inp = build(s)
     stored = json.loads(json.dumps(inp.to_dict()))  # what the store keeps

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from spotctl.adapters.audit_http import AuditClient
-from spotctl.core.errors import AuthError, TemporaryError
+from spotctl.core.errors import AuthError, TemporaryError, UnavailableError
 from spotctl.ops.relay import last_modes, mode_key, relay
 from spotctl.state.store import Store
 from tests.conftest import AUDIT_TOKEN
@@ -212,7 +212,7 @@ def test_receiver_is_append_only_and_checks_the_hash(receiver, store):
     assert "invalid" in client.last_error and "hash" in client.last_error
     # same key, different (self-consistent) record: a conflict, never an overwrite
     forged = dict(recs[1], result="failed")
-    from spotctl.state.store import audit_hash
+    from spotctl.core.audit import audit_hash
 
     forged["hash"] = audit_hash(forged, forged["prev_hash"])
     assert client.deliver([(forged["id"], json.dumps(forged))]) == 0 and "conflict" in client.last_error
@@ -231,11 +231,15 @@ def test_service_pages_records_by_region(receiver, store):
     assert list(AuditClient(receiver.url, TOKEN).records("elsewhere")) == []
 
 
-def test_unreachable_service_is_a_temporary_error(store):
+def test_unreachable_service_is_unavailable_and_the_rows_stay_queued(store):
+    # a refused connection is UnavailableError by the one HTTP rule (spotctl.adapters._http); this client
+    # alone called it a TemporaryError (same exit code 8, code "temporary" instead of "unavailable")
     fill(store, 1)
     client = AuditClient("http://127.0.0.1:9", TOKEN, timeout_seconds=0.2)
-    with pytest.raises(TemporaryError, match="cannot connect"):
+    with pytest.raises(UnavailableError, match="cannot connect") as e:
         client.deliver([(k, p) for _, k, p in store.pending_batch("audit", 10)])
+    assert not isinstance(e.value, TemporaryError) and "stay queued" in (e.value.hint or "")
+    assert store.pending_batch("audit", 10) and "cannot connect" in client.last_error
 
 
 def test_a_recorded_degraded_kafka_mode_shows_in_status_and_is_not_reasserted_by_a_pass_that_did_not_connect(

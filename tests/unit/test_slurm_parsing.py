@@ -25,6 +25,8 @@ from spotctl.adapters.slurm import (
 )
 from spotctl.core.errors import AuthError, ConfigError, NotFoundError, TemporaryError, UnavailableError
 from spotctl.core.models import PoolClass, PoolKind, PoolSpec, Shape, SlurmBinding
+from spotctl.core.ports import FixedClock
+from spotctl.core.secrets import SecretFile
 
 POOLS = {
     "vm": PoolSpec(name="vm", kind=PoolKind.VM, pool_class=PoolClass.HEADROOM, az="az1", shape=Shape(8, 32000),
@@ -41,7 +43,7 @@ def jwt(claims: dict) -> str:
 
 def sched(token: str = "", **kw) -> SlurmScheduler:
     return SlurmScheduler("http://127.0.0.1:1", "alice", _Token(source="test", value=token or jwt({"sun": "alice"})),
-                          scontrol=None, clock=lambda: 1_000_000.0, **kw)
+                          scontrol=None, clock=FixedClock(1_000_000.0), **kw)
 
 
 def units(job: dict, partitions=None, short=frozenset({"spot"})):
@@ -225,7 +227,7 @@ def test_token_checks_happen_before_any_request():
 def test_token_file_is_reread_when_it_changes(tmp_path):
     f = tmp_path / "t.jwt"
     f.write_text(jwt({"sun": "alice", "exp": 2_000_000}) + "\n")
-    tok = _Token(source="file", path=f)
+    tok = _Token(source="file", file=SecretFile(f, setting="slurm.token_file"))
     first = tok.get()
     f.write_text(jwt({"sun": "alice", "exp": 2_000_001}))
     import os

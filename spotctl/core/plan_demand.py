@@ -1,0 +1,289 @@
+"""The planner's demand steps: fill free room on our nodes, then pack the rest into new nodes.
+
+:func:`fill_existing` places pending units on our own nodes that take work (building or active,
+not cordoned, not leaving), node shape by node shape. :func:`pack_new` packs what is left into new
+nodes of the cheapest, least risky pool whose forward calendar leaves time for the work to finish
+and drain, replacement demand first; within headroom (host by host), pool limits, quota, spend cap,
+launches per pass and the token budget. What no node takes is counted by reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .budget import Priority
+from .capacity import Calendar
+from .models import NodeState, PoolKind, PoolSpec, Shape
+from .notices import calendar_advisory_due, node_protection
+from .plan_input import REPLACEMENT, DemandClass, PlanInput
+from .plan_state import PlanState
+
+#: The states of a node that new work may be planned onto (when it is not cordoned and not leaving).
+TAKES_WORK = (NodeState.BUILDING, NodeState.ACTIVE, NodeState.INTENDED)
+
+
+def fill_existing(st: PlanState) -> None:
+    """Free room on our own nodes that will take work, used before any launch. Nodes of one pool with
+    the same room and run-time window are filled alike, so that a large fleet costs one fill each."""
+    inp, now, remaining = st.inp, st.now, st.remaining
+    groups: dict[tuple[str, Shape, float | None], list[str]] = {}
+    for n in inp.nodes:
+        if n.id in st.leaving or n.cordoned or n.state not in TAKES_WORK:
+            continue
+        room = (inp.pools[n.pool].shape - n.used).clamp() if n.pool in inp.pools else Shape()
+        # a node whose host a reservation takes serves only work that ends in time (the same window
+        # its schedulers are told: node_protection)
+        until, _ = node_protection(inp.host_reclaims.get(n.host) if n.host else None, now, inp.policy, 0)
+        window = None if until is None else until - now
+        if window is not None and window <= 0:
+            continue
+        groups.setdefault((n.pool, room, window), []).append(n.id)
+    serving: dict[str, list[DemandClass]] = {}
+    for d in st.demand:
+        for pname in d.pools:
+            serving.setdefault(pname, []).append(d)
+    for (pool_name, room, window), ids in sorted(groups.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], float("inf") if kv[0][2] is None else kv[0][2])):
+        left = len(ids)
+        idx = 0
+        while left > 0:
+            cands = [d for d in serving.get(pool_name, ()) if remaining[d.key] > 0 and d.shape.fits_in(room)]
+            if not cands:
+                break
+            pattern = fill_room(room, cands, remaining, window=window)
+            if not pattern:
+                break
+            reps = min([left] + [remaining[k] // c for k, c in pattern.items()])
+            for k, c in pattern.items():
+                remaining[k] -= c * reps
+                st.covered += c * reps
+            st.used_nodes.update(ids[idx: idx + reps])
+            idx += reps
+            left -= reps
+
+
+def pool_score(pool: PoolSpec, price: float, advisories: int, reclaims: int) -> float:
+    """Price per vCPU-hour, inflated by risk (advisories, recent reclaims)."""
+    risk = 1.0 + 0.25 * advisories + 0.25 * reclaims
+    return price / max(pool.shape.vcpu, 1) * risk
+
+
+def nodes_by_pool(inp: PlanInput) -> dict[str, int]:
+    """Our nodes per pool (every one, leaving or not: they count against the pool's limit)."""
+    out: dict[str, int] = {}
+    for n in inp.nodes:
+        out[n.pool] = out.get(n.pool, 0) + 1
+    return out
+
+
+@dataclass
+class Launches:
+    """What the plan may still launch, across pools and priority rounds."""
+
+    spend: float  # per hour: our nodes that stay, and the launches planned so far
+    room: int  # launches left in this pass
+    quota_inst: int | None
+    quota_vcpu: int | None
+    quota_ram: int | None
+    existing: dict[str, int]  # pool -> our nodes
+    classes: dict[str, DemandClass]  # demand class key -> the class
+    planned: dict[str, int] = field(default_factory=dict)  # pool -> nodes launched by this plan so far
+    budget_out: bool = False
+    block: dict[str, str] = field(default_factory=dict)  # demand class key -> last reason it could not be placed
+
+    def held(self, st: PlanState, name: str, pool: PoolSpec, price: float, launched: int, free: int,
+             limit_left: int) -> str | None:
+        """Why one more node of ``pool`` may not be launched (None: it may)."""
+        policy, cap = st.inp.policy, st.inp.policy.spend_cap_per_hour
+        if launched >= free:
+            return f"no headroom left in {name}"
+        if launched >= limit_left:
+            return f"pool {name} at its limit of {pool.max_nodes} nodes"
+        if self.budget_out:
+            return "token budget exhausted for this pass"
+        if self.room <= 0:
+            return f"at most {policy.max_launches_per_pass} launches per pass"
+        if self.quota_inst is not None and self.quota_inst <= 0:
+            return "spot project quota (instances) exhausted"
+        if self.quota_vcpu is not None and self.quota_vcpu < pool.shape.vcpu:
+            return "spot project quota (vCPU) exhausted"
+        if self.quota_ram is not None and self.quota_ram < pool.shape.ram_mb:
+            return "spot project quota (RAM) exhausted"
+        if cap is not None and self.spend + price > cap + 1e-9:
+            return f"spend cap {cap}/h reached"
+        return None
+
+    def bound(self, reps: int, pool: PoolSpec, price: float, cap: float | None) -> int:
+        """``reps`` nodes of ``pool``, bounded by quota and the spend cap."""
+        if self.quota_inst is not None:
+            reps = min(reps, self.quota_inst)
+        if self.quota_vcpu is not None:
+            reps = min(reps, self.quota_vcpu // max(pool.shape.vcpu, 1))
+        if self.quota_ram is not None:
+            reps = min(reps, self.quota_ram // max(pool.shape.ram_mb, 1))
+        if cap is not None:
+            reps = min(reps, int((cap - self.spend + 1e-9) // price) if price > 0 else reps)
+        return reps
+
+    def take(self, reps: int, pool: PoolSpec, price: float) -> None:
+        self.room -= reps
+        self.spend += price * reps
+        if self.quota_inst is not None:
+            self.quota_inst -= reps
+        if self.quota_vcpu is not None:
+            self.quota_vcpu -= pool.shape.vcpu * reps
+        if self.quota_ram is not None:
+            self.quota_ram -= pool.shape.ram_mb * reps
+
+
+def pack_new(st: PlanState) -> None:
+    """Pack the demand left into new nodes, pool by pool, cheapest and least risky first: replacement
+    capacity in a first round, pending units in a second; then count what no node takes, by reason."""
+    inp, prices = st.inp, st.prices
+    ls = Launches(spend=sum(prices.get(n.pool, n.price) for n in inp.nodes if n.id not in st.leaving),
+                  room=inp.policy.max_launches_per_pass, quota_inst=inp.quota.instances,
+                  quota_vcpu=inp.quota.vcpu, quota_ram=inp.quota.ram_mb, existing=nodes_by_pool(inp),
+                  classes={d.key: d for d in st.demand})
+    pool_order = sorted((pool_score(pool, prices[name], inp.advisories.get(name, 0),
+                                    inp.recent_reclaims.get(name, 0)), name)
+                        for name, pool in inp.pools.items() if prices.get(name) is not None)
+    if inp.rate_card is None:
+        for d in st.demand:
+            if st.remaining[d.key]:
+                ls.block[d.key] = "rate card unavailable: no launches without prices"
+        st.explain.append("rate card unavailable: launches are held until prices are known")
+        pool_order = []
+    rounds = ((Priority.REPLACEMENT, [d for d in st.demand if d.scheduler == REPLACEMENT]),
+              (Priority.LAUNCH, [d for d in st.demand if d.scheduler != REPLACEMENT]))
+    for priority, round_demand in rounds:
+        for score, name in pool_order:
+            cands = [d for d in round_demand if name in d.pools and st.remaining[d.key] > 0]
+            if cands:
+                pack_pool(st, ls, priority, name, score, cands)
+    for d in st.demand:
+        left = st.remaining[d.key]
+        if left <= 0:
+            continue
+        reason = ls.block.get(d.key, "no pool could take it") if d.pools else \
+            "no pool serves it (scheduler binding or node shape)"
+        st.unplaced[reason] = st.unplaced.get(reason, 0) + left
+        st.explain.append(f"{d.scheduler} {d.shape.vcpu}c/{d.shape.ram_mb}M/{d.shape.gpus}g ×{left} unplaced: {reason}"
+                          + (f" (e.g. {', '.join(d.examples[:3])})" if d.examples else ""))
+
+
+def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score: float,
+              cands: list[DemandClass]) -> None:
+    """New nodes of one pool for the candidate classes, in identical-node batches (one per packing
+    pattern and calendar window); one launch action for them all."""
+    inp, now, policy, remaining, block = st.inp, st.now, st.inp.policy, st.remaining, ls.block
+    pool, price = inp.pools[name], st.prices[name]
+    if inp.pool_failures.get(name, 0) > now:
+        for d in cands:
+            block[d.key] = f"pool {name} failed to launch recently (until {int(inp.pool_failures[name])})"
+        st.explain.append(f"{name}: skipped, launch failed recently")
+        return
+    hr = inp.headroom.get(name)
+    free = (hr.free if hr else 0) - ls.planned.get(name, 0)
+    cal = inp.calendars.get(name)
+    existing = ls.existing.get(name, 0) + ls.planned.get(name, 0)
+    limit_left = max(0, pool.max_nodes - existing)
+    launched = 0
+    units = 0
+    segments: list[list] = []  # [nodes, safe_until, longest unit seconds] per packing pattern
+    earliest_safe = None
+    while True:
+        why = ls.held(st, name, pool, price, launched, free, limit_left)
+        if why:
+            for d in cands:
+                if remaining[d.key]:
+                    block[d.key] = why
+            break
+        n_total = existing + launched + 1
+        safe_until = cal.safe_until(n_total, now) if cal else now + 24 * 3600
+        if cal and calendar_advisory_due(safe_until, now + pool.boot_seconds, policy):
+            # the same rule that cordons a node ahead of a reservation: a node launched now would
+            # be cordoned before it is up, and the work meant for it could never land there
+            for d in cands:
+                if remaining[d.key]:
+                    block[d.key] = (f"calendar: {name} takes capacity back in {int(max(0, safe_until - now))}s; "
+                                    f"a node launched now would be cordoned by the calendar advisory "
+                                    f"({policy.calendar_advisory_seconds}s ahead) before it boots")
+            break
+        window = safe_until - now - policy.drain_seconds - pool.boot_seconds
+        if name in inp.no_notice_pools:
+            window = min(window, policy.no_notice_max_seconds)
+            if pool.kind is PoolKind.BAREMETAL:
+                window = min(window, policy.no_notice_max_seconds / 2)
+        fits = [d for d in cands if remaining[d.key] > 0]
+        pattern = fill_room(pool.shape, fits, remaining, window=window)
+        if not pattern:
+            for d in fits:
+                if d.expected_seconds > window:
+                    block[d.key] = (f"calendar: {name} takes capacity back in {int(max(0, safe_until - now))}s, "
+                                    f"too soon for {d.expected_seconds}s of work + drain")
+            break
+        # how many identical nodes: bounded by units, headroom, limits, quota, spend, calendar step
+        reps = min(remaining[k] // c for k, c in pattern.items())
+        reps = min(reps, free - launched, limit_left - launched, ls.room)
+        reps = ls.bound(reps, pool, price, policy.spend_cap_per_hour)
+        if cal:
+            reps = min(reps, same_window_count(cal, n_total, now))
+        reps = max(reps, 1)
+        granted = st.tokens(priority, reps)
+        if granted <= 0:
+            for d in fits:
+                block[d.key] = "token budget exhausted for this pass"
+            st.explain.append(f"{name}: token budget exhausted")
+            ls.budget_out = True
+            break
+        reps = granted
+        for k, c in pattern.items():
+            remaining[k] -= c * reps
+            units += c * reps
+        segments.append([reps, safe_until, max(ls.classes[k].expected_seconds for k in pattern)])
+        launched += reps
+        ls.take(reps, pool, price)
+        earliest_safe = safe_until if earliest_safe is None else min(earliest_safe, safe_until)
+    if not launched:
+        return
+    ls.planned[name] = ls.planned.get(name, 0) + launched
+    what = ("replacement capacity for " + ", ".join(sorted({e for d in cands for e in d.examples}))
+            if priority is Priority.REPLACEMENT else f"{units} pending units")
+    st.add("launch", priority,
+           f"{what}: {launched} × {name} ({pool.shape.vcpu} vCPU/{pool.shape.ram_mb // 1024} GiB"
+           + (f"/{pool.shape.gpus} GPU" if pool.shape.gpus else "") + f") at {price:.3f}/node-hour"
+           + (f"; calendar keeps the capacity until {int(earliest_safe - now)}s from now"
+              if earliest_safe and cal and earliest_safe < cal.end else ""),
+           pool=name, count=launched, units=units, price=price,
+           inputs={"safe_until": earliest_safe, "headroom": free, "score": round(score, 6), "segments": segments})
+    st.explain.append(f"{name}: launch {launched} for {units} units (score {score:.4f}, headroom {free}, "
+                      f"price {price})")
+
+
+def fill_room(room: Shape, cands: list[DemandClass], remaining: dict[str, int],
+              window: float | None) -> dict[str, int]:
+    """Greedy fill of one node's room: class key -> units (largest first, as sorted); work longer than
+    ``window`` (seconds, None: no limit) is left out."""
+    pattern: dict[str, int] = {}
+    for d in cands:
+        left = remaining[d.key]
+        if left <= 0 or (window is not None and d.expected_seconds > window):
+            continue
+        if not d.shape.fits_in(room):
+            continue
+        if d.shape == Shape():
+            continue
+        k = min(left, d.shape.count_in(room))
+        if k <= 0:
+            continue
+        pattern[d.key] = k
+        room = room - d.shape.times(k)
+    return pattern
+
+
+def same_window_count(cal: Calendar, n: int, now: float) -> int:
+    """How many more nodes (from the n-th on) share the n-th node's safe window."""
+    levels = sorted({c for _, c in cal.steps if c >= n})
+    if not levels:
+        return 1
+    return max(1, levels[0] - n + 1)

@@ -1,0 +1,119 @@
+"""The planner's first steps: node housekeeping, then the calendar at run time.
+
+:func:`housekeeping` decides, node by node, what a notice asks for (:func:`~spotctl.core.notices.decide_notice`:
+drain, delete, cordon, uncordon), runs the next round of each drain under way and returns failed
+nodes; the work on nodes about to go becomes replacement demand. :func:`protect_windows` tells
+each node's schedulers by when its work must end when a reservation takes its host.
+"""
+
+from __future__ import annotations
+
+from .budget import Priority
+from .lifecycle import bound_schedulers, forced_round
+from .models import NodeState, Notice, Scheduler
+from .notices import calendar_notice, decide_notice, node_protection
+from .plan_input import REPLACEMENT, DemandClass, NodeView
+from .plan_state import PlanState
+
+
+def housekeeping(st: PlanState) -> None:
+    """Reclaim handling, advisories, drains under way and failed builds, for every node in order; then
+    one replacement demand class per node whose running work must move."""
+    for n in st.inp.nodes:
+        notice = node_notice(st, n)
+        d = decide_notice(notice, n.state, st.now, st.inp.policy, cordoned=n.cordoned,
+                          cordoned_by_us=n.cordoned_by_us, known=n.known, running=n.running)
+        if d is not None:
+            if d.leaving:
+                st.leaving.add(n.id)
+            if d.replace:
+                st.to_replace.append(n)
+            if d.kind is not None and (d.kind != "delete" or st.tokens(d.priority, 1)):
+                st.add(d.kind, d.priority, d.reason, node=n.id, pool=n.pool, deadline=d.deadline, inputs=d.inputs)
+        elif n.state is NodeState.DRAINING:
+            drain_round(st, n, notice)
+        elif n.state is NodeState.FAILED:
+            st.leaving.add(n.id)
+            if st.tokens(Priority.CONSOLIDATION, 1):
+                st.add("delete", Priority.CONSOLIDATION, "instance failed to build", node=n.id, pool=n.pool)
+    replacement_demand(st)
+
+
+def node_notice(st: PlanState, n: NodeView) -> Notice | None:
+    """The node's notice; without one, the calendar advisory of a reservation that takes its host
+    (Blazar says so: an advisory, early), once it is due."""
+    if n.notice is None and n.host and n.host in st.inp.host_reclaims:
+        return calendar_notice(n.host, n.pool, st.inp.host_reclaims[n.host], st.now, st.inp.policy)
+    return n.notice
+
+
+def drain_round(st: PlanState, n: NodeView, notice: Notice | None) -> None:
+    """A drain is a state machine across passes: each pass runs one more round (evict what is left)
+    until the node is empty; near a hard notice's deadline the last round is forced (what still
+    cannot move is deleted with the time left), then the capacity is returned."""
+    inp, now = st.inp, st.now
+    st.leaving.add(n.id)
+    overdue = n.drain_started is not None and now - n.drain_started >= inp.policy.drain_seconds
+    deadline = notice.deadline if notice is not None else None
+    deadline_near = forced_round(deadline, now)
+    pr = Priority.RECLAIM if notice is not None else Priority.CONSOLIDATION
+    if n.running and deadline_near:
+        st.add("drain", pr, f"notice {notice.id} deadline in {int(deadline - now)}s: last drain round, delete "
+               f"the {n.running} workload(s) still there", node=n.id, pool=n.pool, deadline=deadline,
+               inputs={"notice": notice.id, "running": n.running, "continue": True, "force": True})
+    elif n.running and not overdue:
+        st.add("drain", pr, f"drain continues: {n.running} workload(s) still on the node", node=n.id,
+               pool=n.pool, deadline=deadline, inputs={"running": n.running, "continue": True,
+                                                      **({"notice": notice.id} if notice else {})})
+    # empty only on evidence: every scheduler the node is bound to was read and shows nothing there
+    pool = inp.pools.get(n.pool)
+    seen_empty = n.running == 0 and n.known and not (
+        bound_schedulers(pool) & inp.usage_unread if pool is not None else inp.usage_unread)
+    if seen_empty or overdue or deadline_near:
+        why = "drained and empty" if seen_empty else ("drain time is up" if overdue else "notice deadline is near")
+        if st.tokens(pr, 1):
+            st.add("delete", pr, f"{why}: return the capacity", node=n.id, pool=n.pool)
+
+
+def replacement_demand(st: PlanState) -> None:
+    """Replacement capacity, planned before ordinary demand (priority class "replacement"): one unit the
+    size of what runs on each node about to go, in any other pool of the same kind that fits it."""
+    pools = st.inp.pools
+    for n in sorted(st.to_replace, key=lambda n: n.id):
+        src = pools.get(n.pool)
+        others = tuple(sorted(name for name, p in pools.items() if name != n.pool and n.used.fits_in(p.shape)
+                              and (src is None or p.kind is src.kind)))
+        st.add_demand(DemandClass(key=f"replace-{n.id}", scheduler=REPLACEMENT, shape=n.used, priority=1_000_000,
+                                  expected_seconds=0, count=1, pools=others, examples=(n.id,)))
+
+
+def protect_windows(st: PlanState) -> None:
+    """The calendar at run time: each node's schedulers are told by when its work must end (a reservation
+    takes its host), so that no scheduler starts work there that would be cut off; told again when that
+    changes (closed to new work, or lifted when the reservation goes)."""
+    inp, now, policy = st.inp, st.now, st.inp.policy
+    # the longest pending pod each pool could get (Kubernetes knows no durations: at least default_pod_seconds),
+    # from one pass over the demand, not one per node (20k nodes × 2.5k classes took seconds)
+    pods: dict[str, int] = {}
+    for d in inp.demand:
+        if d.scheduler == str(Scheduler.KUBERNETES):
+            for p in d.pools:
+                if p not in pods or d.expected_seconds > pods[p]:
+                    pods[p] = d.expected_seconds
+    for n in inp.nodes:
+        if n.id in st.leaving or n.cordoned or n.state not in (NodeState.BUILDING, NodeState.ACTIVE):
+            continue
+        longest = max(pods[n.pool], policy.default_pod_seconds) if n.pool in pods else policy.default_pod_seconds
+        until, closed = node_protection(inp.host_reclaims.get(n.host) if n.host else None, now, policy, longest)
+        told = None if n.protected_until is None else round(n.protected_until)
+        if (None if until is None else round(until)) == told and (closed == n.protect_closed or until is None):
+            continue
+        if until is None:
+            why = "no reservation takes its host any more: lift the run-time window"
+        else:
+            why = (f"a reservation takes host {n.host} at {int(inp.host_reclaims[n.host])}: work must end by "
+                   f"{int(until)} ({int(until - now)}s from now)")
+            if closed:
+                why += f"; shorter than the work that could land ({longest}s): no new work"
+        st.add("protect", Priority.RECLAIM, why, node=n.id, pool=n.pool,
+               inputs={"until": until, "closed": closed, "host": n.host, "longest_seconds": longest})

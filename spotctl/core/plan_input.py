@@ -1,0 +1,323 @@
+"""The planner's input: an observed snapshot aggregated into a compact, recordable value.
+
+``build_input`` turns what was observed (pending units, our nodes and what runs on them, notices)
+into a :class:`PlanInput`; :func:`spotctl.core.planner.plan` decides on that input alone, and the
+input is recorded with every executed plan (``to_dict``/``from_dict``), so that ``spotctl plan
+--replay`` reproduces the plan exactly (its ``digest`` names it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .budget import Bucket
+from .capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, calendar_id
+from .config import Policy
+from .models import (
+    Exclusion,
+    KubernetesBinding,
+    Node,
+    NodeState,
+    NodeUsage,
+    Notice,
+    NoticeKind,
+    PoolClass,
+    PoolKind,
+    PoolSpec,
+    Quota,
+    RateCard,
+    Shape,
+    SlurmBinding,
+    WorkUnit,
+)
+
+EXAMPLES = 20  # unit ids kept per demand class (plan JSON and --explain)
+REPLACEMENT = "replacement"  # the "scheduler" of synthetic demand: capacity for work on nodes about to go
+MAX_EXCLUSIONS = 500  # excluded units listed one by one (all are counted by reason)
+
+
+@dataclass(frozen=True)
+class DemandClass:
+    """Pending units that are interchangeable for packing."""
+
+    key: str
+    scheduler: str
+    shape: Shape
+    priority: int
+    expected_seconds: int
+    count: int
+    pools: tuple[str, ...]  # pools that serve these units and whose shape fits them
+    examples: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "key": self.key, "scheduler": self.scheduler, "shape": self.shape.to_dict(),
+            "priority": self.priority, "expected_seconds": self.expected_seconds,
+            "count": self.count, "pools": list(self.pools), "examples": list(self.examples),
+        }
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One of our live nodes, merged with what the schedulers say of it."""
+
+    id: str
+    pool: str
+    state: NodeState
+    used: Shape
+    running: int
+    cordoned: bool
+    idle_since: float | None
+    notice: Notice | None
+    price: float
+    drain_started: float | None = None
+    host: str | None = None
+    protected_until: float | None = None  # what the schedulers were last told (SchedulerPort.protect)
+    protect_closed: bool = False
+    cordoned_by_us: bool = False  # our record says we cordoned it (``cordoned`` also counts other cordons)
+    known: bool = True  # some scheduler knows the node (it has registered): there is something to cordon
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id, "pool": self.pool, "state": str(self.state), "used": self.used.to_dict(), "host": self.host,
+            "running": self.running, "cordoned": self.cordoned, "idle_since": self.idle_since,
+            "notice": _notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
+            "protected_until": self.protected_until, "protect_closed": self.protect_closed,
+            "cordoned_by_us": self.cordoned_by_us, "known": self.known,
+        }
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    region: str
+    now: float
+    pools: dict[str, PoolSpec]
+    policy: Policy
+    headroom: dict[str, PoolHeadroom]
+    calendars: dict[str, Calendar]
+    quota: Quota
+    rate_card: RateCard | None
+    nodes: tuple[NodeView, ...]
+    demand: tuple[DemandClass, ...]
+    advisories: dict[str, int]  # pool -> active advisories
+    recent_reclaims: dict[str, int]  # pool -> reclaims in the last hour
+    pool_failures: dict[str, float]  # pool -> failed-until
+    budget: Bucket
+    no_notice_pools: frozenset[str] = frozenset()
+    excluded: dict[str, int] = field(default_factory=dict)  # reason -> count
+    exclusions: tuple[tuple[str, str, str], ...] = ()  # (unit, scheduler, reason), first MAX_EXCLUSIONS
+    host_reclaims: dict[str, float] = field(default_factory=dict)  # host -> when a reservation takes it
+    #: schedulers whose usage was not read this pass (down, or bound by a pool but not configured): a node of
+    #: theirs that shows nothing running is not known to be empty
+    usage_unread: frozenset[str] = frozenset()
+
+    def digest(self) -> str:
+        return self._encoded[1]
+
+    def to_dict(self) -> dict:
+        return self._encoded[0]
+
+    @cached_property
+    def _encoded(self) -> tuple[dict, str]:
+        d = self._to_dict()
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+        return d, hashlib.sha256(blob.encode()).hexdigest()
+
+    def _to_dict(self) -> dict:
+        rc = self.rate_card
+        return {
+            "region": self.region,
+            "now": self.now,
+            "policy": self.policy.__dict__,
+            "headroom": {k: v.to_dict() for k, v in sorted(self.headroom.items())},
+            "calendars": {k: v.to_dict() for k, v in sorted(self.calendars.items())},
+            "calendar_id": calendar_id(self.calendars),
+            "quota": {"instances": self.quota.instances, "vcpu": self.quota.vcpu, "ram_mb": self.quota.ram_mb},
+            "rate_card": None if rc is None else {
+                "version": rc.version, "currency": rc.currency, "prices": dict(sorted(rc.prices.items())),
+                "valid_from": rc.valid_from, "valid_until": rc.valid_until,
+            },
+            "nodes": [n.to_dict() for n in self.nodes],
+            "demand": [d.to_dict() for d in self.demand],
+            "advisories": dict(sorted(self.advisories.items())),
+            "recent_reclaims": dict(sorted(self.recent_reclaims.items())),
+            "pool_failures": dict(sorted(self.pool_failures.items())),
+            "budget": self.budget.to_dict(),
+            "no_notice_pools": sorted(self.no_notice_pools),
+            "excluded": dict(sorted(self.excluded.items())),
+            "exclusions": [list(e) for e in self.exclusions],
+            "pools": {k: pool_to_dict(v) for k, v in sorted(self.pools.items())},
+            "host_reclaims": dict(sorted(self.host_reclaims.items())),
+            **({"usage_unread": sorted(self.usage_unread)} if self.usage_unread else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PlanInput":
+        """Rebuild a recorded input, so that its plan can be reproduced exactly."""
+        rc = d["rate_card"]
+        b = d["budget"]
+        return cls(
+            region=d["region"], now=d["now"],
+            pools={k: pool_from_dict(v) for k, v in d["pools"].items()},
+            policy=Policy(**d["policy"]),
+            headroom={k: PoolHeadroom(pool=k, **v) for k, v in d["headroom"].items()},
+            calendars={k: Calendar(pool=v["pool"], start=v["start"], end=v["end"],
+                                   steps=tuple((t, c) for t, c in v["steps"])) for k, v in d["calendars"].items()},
+            quota=Quota(**d["quota"]),
+            rate_card=None if rc is None else RateCard(version=rc["version"], currency=rc["currency"],
+                                                       prices=dict(rc["prices"]), valid_from=rc["valid_from"],
+                                                       valid_until=rc["valid_until"]),
+            nodes=tuple(NodeView(
+                id=n["id"], pool=n["pool"], state=NodeState(n["state"]), used=Shape(**n["used"]),
+                running=n["running"], cordoned=n["cordoned"], idle_since=n["idle_since"],
+                notice=None if n["notice"] is None else Notice(
+                    id=n["notice"]["id"], instance_id=n["notice"]["instance_id"],
+                    kind=NoticeKind(n["notice"]["kind"]), issued_at=n["notice"]["issued_at"],
+                    deadline=n["notice"]["deadline"], reason=n["notice"]["reason"], pool=n["notice"]["pool"]),
+                price=n["price"], drain_started=n["drain_started"], host=n.get("host"),
+                protected_until=n.get("protected_until"), protect_closed=n.get("protect_closed", False),
+                cordoned_by_us=n.get("cordoned_by_us", False), known=n.get("known", True))
+                for n in d["nodes"]),
+            demand=tuple(DemandClass(
+                key=c["key"], scheduler=c["scheduler"], shape=Shape(**c["shape"]), priority=c["priority"],
+                expected_seconds=c["expected_seconds"], count=c["count"], pools=tuple(c["pools"]),
+                examples=tuple(c["examples"])) for c in d["demand"]),
+            advisories=dict(d["advisories"]), recent_reclaims=dict(d["recent_reclaims"]),
+            pool_failures=dict(d["pool_failures"]),
+            budget=Bucket(rate=b["rate"], burst=b["burst"], tokens=b["tokens"], at=b["at"]),
+            no_notice_pools=frozenset(d["no_notice_pools"]), excluded=dict(d["excluded"]),
+            exclusions=tuple(tuple(e) for e in d["exclusions"]),
+            host_reclaims=dict(d.get("host_reclaims", {})),
+            usage_unread=frozenset(d.get("usage_unread", ())),
+        )
+
+
+def pool_to_dict(p: PoolSpec) -> dict:
+    return {
+        "name": p.name, "kind": str(p.kind), "class": str(p.pool_class), "az": p.az, "shape": p.shape.to_dict(),
+        "flavor": p.flavor, "resource_class": p.resource_class, "aggregate": p.aggregate, "image": p.image,
+        "networks": p.networks, "max_nodes": p.max_nodes,
+        "kubernetes": {"labels": [list(x) for x in p.kubernetes.labels], "taints": list(p.kubernetes.taints)},
+        "slurm": {"partition": p.slurm.partition, "features": list(p.slurm.features)},
+        "boot_seconds": p.boot_seconds, "cleaning_seconds": p.cleaning_seconds, "list_price": p.list_price,
+    }
+
+
+def pool_from_dict(d: dict) -> PoolSpec:
+    return PoolSpec(
+        name=d["name"], kind=PoolKind(d["kind"]), pool_class=PoolClass(d["class"]), az=d["az"],
+        shape=Shape(**d["shape"]), flavor=d["flavor"], resource_class=d["resource_class"], aggregate=d["aggregate"],
+        image=d["image"], networks=d["networks"], max_nodes=d["max_nodes"],
+        kubernetes=KubernetesBinding(labels=tuple(tuple(x) for x in d["kubernetes"]["labels"]),
+                                     taints=tuple(d["kubernetes"]["taints"])),
+        slurm=SlurmBinding(partition=d["slurm"]["partition"], features=tuple(d["slurm"]["features"])),
+        boot_seconds=d["boot_seconds"], cleaning_seconds=d["cleaning_seconds"], list_price=d["list_price"],
+    )
+
+
+def _notice_dict(n: Notice | None) -> dict | None:
+    if n is None:
+        return None
+    return {"id": n.id, "instance_id": n.instance_id, "kind": str(n.kind), "issued_at": n.issued_at,
+            "deadline": n.deadline, "reason": n.reason, "pool": n.pool}
+
+
+def build_input(
+    *,
+    region: str,
+    now: float,
+    pools: dict[str, PoolSpec],
+    policy: Policy,
+    headroom: dict[str, PoolHeadroom],
+    calendars: dict[str, Calendar],
+    quota: Quota,
+    rate_card: RateCard | None,
+    nodes: list[Node],
+    usage: list[NodeUsage],
+    notices: list[Notice],
+    units: list[WorkUnit],
+    excluded: dict[str, int],
+    recent_reclaims: dict[str, int],
+    pool_failures: dict[str, float],
+    budget: Bucket,
+    no_notice_pools: frozenset[str] = frozenset(),
+    exclusions: list[Exclusion] | None = None,
+    host_reclaims: dict[str, float] | None = None,
+    usage_unread: frozenset[str] = frozenset(),
+) -> PlanInput:
+    """Aggregate an observed snapshot into a compact, recordable plan input."""
+    by_node: dict[str, list[NodeUsage]] = {}
+    for u in usage:
+        by_node.setdefault(u.node, []).append(u)
+    by_instance: dict[str, Notice] = {}
+    for n in sorted(notices, key=lambda n: (n.kind != NoticeKind.HARD, n.issued_at, n.id)):
+        by_instance.setdefault(n.instance_id, n)
+    advisories: dict[str, int] = {}
+    views = []
+    for node in sorted(nodes, key=lambda n: n.id):
+        if not node.live and not (node.state is NodeState.FAILED and node.instance_id):
+            continue  # a failed node with an instance (an ERROR server) stays: the planner deletes it
+        us = by_node.get(node.id, [])
+        used = us[0].used if len(us) == 1 else Shape()
+        running = 0
+        last_busy = None
+        for u in us:
+            if len(us) > 1:
+                used = used + u.used
+            running += u.running
+            if u.last_busy_at is not None:
+                last_busy = u.last_busy_at if last_busy is None else max(last_busy, u.last_busy_at)
+        notice = by_instance.get(node.instance_id) if node.instance_id else None
+        if notice is not None and notice.kind is not NoticeKind.HARD:
+            advisories[node.pool] = advisories.get(node.pool, 0) + 1
+        idle_since = None
+        if running == 0:
+            idle_since = last_busy if last_busy is not None else node.idle_since
+            if idle_since is None:
+                idle_since = node.updated_at
+        views.append(NodeView(
+            id=node.id, pool=node.pool, state=node.state, used=used, running=running,
+            cordoned=node.cordoned or any(u.cordoned for u in us), idle_since=idle_since,
+            notice=notice, price=node.price,
+            drain_started=node.updated_at if node.state is NodeState.DRAINING else None, host=node.host,
+            protected_until=node.protected_until, protect_closed=node.protect_closed, cordoned_by_us=node.cordoned,
+            known=bool(us),
+        ))
+    classes: dict[tuple, list] = {}
+    for u in units:
+        key = (str(u.scheduler), u.shape, u.priority, u.expected_seconds, u.partition, u.features,
+               u.node_selector, u.tolerations)
+        entry = classes.get(key)
+        if entry is None:
+            entry = classes[key] = [u, 0, []]
+        entry[1] += 1
+        ex = entry[2]
+        if len(ex) < EXAMPLES:
+            ex.append(u.id)
+            ex.sort()
+        elif u.id < ex[-1]:
+            ex[-1] = u.id
+            ex.sort()
+    demand = []
+    for key, (sample, count, examples) in classes.items():
+        served = tuple(sorted(p.name for p in pools.values() if sample.shape.fits_in(p.shape) and p.serves(sample)))
+        k = "|".join(str(x) for x in key)
+        demand.append(DemandClass(
+            key=hashlib.sha1(k.encode()).hexdigest()[:10], scheduler=key[0], shape=sample.shape,
+            priority=sample.priority, expected_seconds=sample.expected_seconds, count=count,
+            pools=served, examples=tuple(sorted(examples)),
+        ))
+    demand.sort(key=lambda d: (-d.priority, -d.shape.gpus, -d.shape.vcpu, -d.shape.ram_mb, d.expected_seconds, d.key))
+    return PlanInput(
+        region=region, now=now, pools=dict(sorted(pools.items())), policy=policy, headroom=headroom,
+        calendars=calendars, quota=quota, rate_card=rate_card, nodes=tuple(views), demand=tuple(demand),
+        advisories=advisories, recent_reclaims=dict(recent_reclaims),
+        pool_failures={p: t for p, t in pool_failures.items() if t > now}, budget=budget,
+        no_notice_pools=no_notice_pools, excluded=dict(excluded),
+        exclusions=tuple(sorted((e.unit_id, str(e.scheduler), e.reason) for e in (exclusions or ()))[:MAX_EXCLUSIONS]),
+        host_reclaims={h: t for h, t in (host_reclaims or {}).items() if now <= t <= now + HORIZON_SECONDS},
+        usage_unread=frozenset(usage_unread),
+    )
