@@ -201,11 +201,6 @@ def to_shape(cpu: float, mem: float, gpu: float) -> Shape:
     return Shape(vcpu=math.ceil(cpu - 1e-9), ram_mb=math.ceil(mem / 2 ** 20 - 1e-9), gpus=math.ceil(gpu - 1e-9))
 
 
-def pod_shape(spec: dict) -> Shape:
-    """The node-shaped size of a pod (see :func:`pod_resources`)."""
-    return to_shape(*pod_resources(spec))
-
-
 # --- scheduling predicates ------------------------------------------------------------------
 
 

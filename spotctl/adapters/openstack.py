@@ -63,7 +63,6 @@ IRONIC_PREFIX = "ironic:"  # ironic:<node uuid>: a claim that has its node
 ALLOC_PREFIX = "ironic-alloc:"  # ironic-alloc:<allocation uuid>: a claim Ironic has not given a node yet
 # Placement 1.22: forbidden traits (skip hosts whose compute service is disabled); member_of (1.3), required (1.18).
 PLACEMENT_MICROVERSION = "1.22"
-IRONIC_ALLOCATION_MICROVERSION = "1.52"
 DISABLED_TRAIT = "COMPUTE_STATUS_DISABLED"
 CAPACITY_FAULTS = ("no valid host", "exceeded maximum number of retries", "insufficient", "not enough",
                    "quota exceeded")  # the last: Nova's quota recheck after scheduling

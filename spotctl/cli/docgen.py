@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from datetime import date
 from pathlib import Path
 
 import typer

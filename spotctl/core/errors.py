@@ -103,11 +103,6 @@ class RefusedError(SpotctlError):
     exit_code = ExitCode.REFUSED
 
 
-class PartialError(SpotctlError):
-    code = "partial"
-    exit_code = ExitCode.PARTIAL
-
-
 class UnavailableError(SpotctlError):
     """A backend could not be reached or answered with a server error."""
 

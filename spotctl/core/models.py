@@ -43,9 +43,6 @@ class Shape:
         return {"vcpu": self.vcpu, "ram_mb": self.ram_mb, "gpus": self.gpus}
 
 
-ZERO = Shape()
-
-
 class PoolKind(StrEnum):
     VM = "vm"
     BAREMETAL = "baremetal"

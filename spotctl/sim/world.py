@@ -23,7 +23,6 @@ releases) are events on a heap, processed in time order; periodic things
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from pathlib import Path
 
@@ -520,7 +519,3 @@ class SimWorld:
     def __repr__(self) -> str:
         return f"<SimWorld {self.region.name} seed={self.seed} now={self.now:.0f}>"
 
-
-def dumps_report(report: dict) -> str:
-    """The report as canonical JSON (handy for comparing runs)."""
-    return json.dumps(report, sort_keys=True)
