@@ -634,10 +634,14 @@ class Store:
 
     def unlock(self) -> None:
         """Release the region's pass lock (a no-op when this store does not hold it)."""
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        # forget the fd first: a Ctrl-C or SIGTERM landing in here must not make a later cleanup release it again
+        # (a second close is EBADF, or worse, closes a file descriptor opened since)
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
