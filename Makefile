@@ -44,6 +44,7 @@ demo: install
 
 lint: install
 	@$(BIN)/lint-imports --no-cache
+	@$(BIN)/mypy
 
 docs: install
 	@$(PY) -m spotctl.cli.docgen
@@ -57,9 +58,10 @@ testenv-up:
 testenv-down:
 	@scripts/testenv/all down
 
-# The whole suite: import contracts, then every test, with the real services up.
+# The whole suite: import contracts and the type check, then every test, with the real services up.
 test: install
 	@$(BIN)/lint-imports --no-cache
+	@$(BIN)/mypy || { echo "make test: the type check failed (see above; run \`make lint\`)" >&2; exit 1; }
 	@# a service that fails to start fails the run, and what did start is stopped again
 	@scripts/testenv/all up || { rc=$$?; scripts/testenv/all down || true; echo "make test: a test service did not start" >&2; exit $$rc; }
 	@set -o pipefail; rc=0; SPOTCTL_REQUIRE_SERVICES=1 $(BIN)/pytest -q -p no:cacheprovider || rc=$$?; \

@@ -37,18 +37,18 @@ sys.path.insert(0, str(ROOT))
 import requests  # noqa: E402
 
 from benchmarks._services import env_of, pct  # noqa: E402
-from tests.integration.test_storm import LockHolds  # noqa: E402
+from spotctl.core.actions import Action  # noqa: E402
+from spotctl.core.budget import Priority  # noqa: E402
 from spotctl.core.config import load_config  # noqa: E402
 from spotctl.core.models import Node, NodeState, Notice, NoticeKind  # noqa: E402
 from spotctl.core.ports import SystemClock  # noqa: E402
 from spotctl.ops import watch as fast  # noqa: E402
-from spotctl.ops.act import drain_batch  # noqa: E402
+from spotctl.ops.drain import drain_batch  # noqa: E402
 from spotctl.ops.runtime import Runtime  # noqa: E402
-from spotctl.core.actions import Action  # noqa: E402
-from spotctl.core.budget import Priority  # noqa: E402
 from spotctl.sim.world import SimWorld  # noqa: E402
 from spotctl.state.store import Store  # noqa: E402
 from spotctl.wiring import _adapter  # noqa: E402
+from tests.integration.test_storm import LockHolds  # noqa: E402
 
 LEAD = 120.0
 PDB_HOLD = 3.0  # seconds the budgets block every eviction

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from spotctl.core.config import Config, RegionConfig
 from spotctl.core.errors import ConfigError
-from spotctl.core.ports import Clock, SystemClock
+from spotctl.core.ports import Clock, ContractPort, SystemClock
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 log = logging.getLogger(__name__)
@@ -119,6 +119,7 @@ def _ports(region: RegionConfig, path: Path, clock: Clock):
     """
     world = None
     concurrent = True
+    contract: ContractPort | None
     if region.backend == "sim":
         from spotctl.sim.world import SimWorld
 

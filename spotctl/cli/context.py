@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+if TYPE_CHECKING:  # imported where they are built, so that --help stays fast
+    from spotctl.core.config import Config
+    from spotctl.ops.runtime import Runtime
 
-class LibraryFormatter:
+
+class LibraryFormatter(logging.Formatter):
     """``spotctl: LEVEL: message``; a library's own line names the library (``spotctl: warning: kafka: …``)."""
 
-    def format(self, record) -> str:
+    def format(self, record: logging.LogRecord) -> str:
         msg = record.getMessage()
         top = record.name.split(".", 1)[0]
         if top not in ("spotctl", "root", "spot-reconciler"):
             msg = f"{top}: {msg}"
         return f"spotctl: {record.levelname.lower()}: {msg}"
+
+
+class StderrHandler(logging.StreamHandler):
+    """A handler that writes to whatever ``sys.stderr`` is when a record comes, not the stream it was
+    made with (an in-process run, a test's captured stderr, a stream replaced since)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
 
 
 @dataclass
@@ -30,15 +53,13 @@ class AppState:
     config_path: str | None = None
     state_dir: str | None = None
     command: str = ""
-    _config: object = None
-    _runtime: object = None
-    cleanups: list = field(default_factory=list)
+    _config: Config | None = None
+    _runtime: Runtime | None = None
+    cleanups: list[Callable[[], object]] = field(default_factory=list)
 
     def setup_logging(self, configured: str | None = None) -> None:
         """Logging, set up once per process at the entry point: stderr, with a prefix. The level is
         -v/-vv/--debug/-q when given, else the configured ``log_level`` (SPOTCTL_LOG_LEVEL)."""
-        import logging
-
         if self.debug or self.verbosity >= 2:
             level = logging.DEBUG
         elif self.verbosity == 1:
@@ -49,7 +70,7 @@ class AppState:
             level = getattr(logging, (configured or "warning").upper(), logging.WARNING)
         root = logging.getLogger()
         if not any(getattr(h, "_spotctl", False) for h in root.handlers):
-            h = logging.StreamHandler(sys.stderr)
+            h = StderrHandler()
             h.setFormatter(LibraryFormatter())
             h._spotctl = True  # type: ignore[attr-defined]
             root.addHandler(h)
@@ -58,7 +79,7 @@ class AppState:
 
         quiet_libraries(level)
 
-    def config(self):
+    def config(self) -> Config:
         if self._config is None:
             self.setup_logging()
             from spotctl.core.config import load_config
@@ -82,7 +103,7 @@ class AppState:
             return "table" if sys.stdout.isatty() else "json"
         return out
 
-    def runtime(self):
+    def runtime(self) -> Runtime:
         if self._runtime is None:
             from spotctl.wiring import build_runtime
 

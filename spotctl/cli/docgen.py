@@ -26,7 +26,7 @@ MAN_DATE = "2026-11-29"  # fixed so that regenerating is reproducible; bump on r
 def _root():
     from .main import app
 
-    return typer.main.get_command(app)  # type: ignore[return-value]
+    return typer.main.get_command(app)
 
 
 def _is_arg(p) -> bool:

@@ -37,11 +37,8 @@ def drain(
     from spotctl.ops.operator import drain as do_drain
 
     out, facts = do_drain(st.runtime(), node, reason, dry_run=dry_run, wait=wait)
-    data = {**facts, "dry_run": dry_run, "outcome": out.to_dict() if out else None}
     code = ExitCode.OK if out is None or out.status == "ok" else ExitCode.PARTIAL
-    render.emit(st.fmt(), "drain", data, status=render.ResultStatus.OK if code == 0 else out.status, exit_code=code, table=_table)
-    if code:
-        raise typer.Exit(int(code))
+    render.emit_operator_action(st.fmt(), "drain", facts, out, dry_run=dry_run, exit_code=code, table=_table)
 
 
 def _table(console, d: dict) -> None:

@@ -36,12 +36,9 @@ def launch(
     from spotctl.ops.operator import launch as do_launch
 
     out, facts = do_launch(st.runtime(), pool, count, dry_run=dry_run, wait=wait)
-    data = {**facts, "dry_run": dry_run, "outcome": out.to_dict() if out else None}
     code = ExitCode.OK if out is None or out.status == "ok" else (
         ExitCode.PARTIAL if out.done else ExitCode.REFUSED)
-    render.emit(st.fmt(), "launch", data, status=render.ResultStatus.OK if code == 0 else out.status, exit_code=code, table=_table)
-    if code:
-        raise typer.Exit(int(code))
+    render.emit_operator_action(st.fmt(), "launch", facts, out, dry_run=dry_run, exit_code=code, table=_table)
 
 
 def _table(console, d: dict) -> None:

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
 
 RESULT_VERSION = 1
 
@@ -69,6 +70,19 @@ def emit(fmt: str, command: str, data, *, status: ResultStatus | str = ResultSta
     else:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
     sys.stdout.flush()
+
+
+def emit_operator_action(fmt: str, command: str, facts: dict[str, Any], out: Any, *, dry_run: bool,
+                         exit_code: int, table: Callable[..., None]) -> None:
+    """The result of an operator's launch or drain: the facts checked, the outcome (None for a dry run);
+    the status is the outcome's unless it went through. Ends the command with ``exit_code`` when not 0."""
+    import typer
+
+    data = {**facts, "dry_run": dry_run, "outcome": out.to_dict() if out else None}
+    status = ResultStatus.OK if out is None or exit_code == 0 else out.status
+    emit(fmt, command, data, status=status, exit_code=exit_code, table=table)
+    if exit_code:
+        raise typer.Exit(int(exit_code))
 
 
 def console(stderr: bool = False):

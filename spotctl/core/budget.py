@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 
 class Priority(IntEnum):
@@ -67,5 +68,5 @@ class Bucket:
         granted = min(n, b.available(priority, now))
         return Bucket(b.rate, b.burst, b.tokens - granted, b.at), granted
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"rate": self.rate, "burst": self.burst, "tokens": self.tokens, "at": self.at}

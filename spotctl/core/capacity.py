@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from .models import HostCapacity, PoolSpec, Reservation
 
@@ -42,7 +43,7 @@ class PoolHeadroom:
     ours: int  # our nodes on its hosts
     free: int  # new nodes that fit now, host by host
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"hosts": self.hosts, "capacity": self.capacity, "ours": self.ours, "free": self.free}
 
 
@@ -89,7 +90,7 @@ class Calendar:
                 return max(now, when)
         return self.end
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"pool": self.pool, "start": self.start, "end": self.end, "steps": [list(s) for s in self.steps]}
 
 
@@ -121,7 +122,7 @@ def forward_calendar(
                 times.add(s)
             if now < e < end:
                 times.add(e)
-    steps = []
+    steps: list[tuple[float, int]] = []
     for t in sorted(times):
         c = 0
         for name in pool_hosts:

@@ -10,157 +10,19 @@ print it. Unknown keys and wrong types are errors naming the file, line and key.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import re
 import tomllib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any, NoReturn
 
-from .demo import DEMO_REGION, DEMO_REGION_NAME
+from .config_schema import ADAPTER_SECTIONS, DEFAULTS, ENV_KEYS, SCHEMA, SECRET_PATTERN, Key, hint_for, leaf_problem
 from .errors import ConfigError, NotFoundError
 from .models import KubernetesBinding, PoolClass, PoolKind, PoolSpec, Shape, SlurmBinding
 
 SYSTEM_CONFIG = "/etc/spotctl/config.toml"
-
-# --- schema -----------------------------------------------------------------
-# A schema maps key -> Key (a leaf: its type and the values it may take), or key -> nested schema
-# (dict), or "*" -> schema for tables of named entries (regions, pools). Every value is checked where
-# it enters: a file's values at FILE:LINE as the file is read, environment and flags as they are merged.
-
-DAY = 86_400
-YEAR = 366 * DAY
-
-
-@dataclass(frozen=True)
-class Key:
-    """A leaf of the schema: the type, and the range or choices a value must fall in."""
-
-    type: type | tuple[type, ...]
-    lo: float | None = None  # inclusive minimum
-    hi: float | None = None  # inclusive maximum
-    gt: float | None = None  # exclusive minimum
-    choices: tuple[str, ...] | None = None
-    items: type | None = None  # a list's items, or a table's values (labels)
-    check: str | None = None  # a syntax check by name: "url", "hostports", "token", "currency", "name"
-
-    def want(self) -> str:
-        t = self.type
-        base = {str: "a string", bool: "true or false", int: "an integer", list: "a list", dict: "a table"}.get(
-            t, "a number") if isinstance(t, type) else "a number"
-        if self.items is not None:
-            base += f" of {self.items.__name__ if self.items is not str else 'strings'}"
-        return base
-
-
-def _int(lo: float | None = 0, hi: float | None = None) -> Key:
-    return Key(int, lo=lo, hi=hi)
-
-
-def _num(lo: float | None = None, hi: float | None = None, gt: float | None = None) -> Key:
-    return Key((int, float), lo=lo, hi=hi, gt=gt)
-
-
-def _secs(hi: float = YEAR) -> Key:
-    return Key(int, lo=0, hi=hi)
-
-
-def _timeout() -> Key:
-    return Key((int, float), gt=0, hi=3600)
-
-
-def _str(*choices: str, check: str | None = None) -> Key:
-    return Key(str, choices=choices or None, check=check)
-
-
-_S = _str()
-_B = Key(bool)
-_STRS = Key(list, items=str)
-_POOL_SCHEMA = {
-    "kind": _str("vm", "baremetal"), "class": _str("headroom", "reserved-idle"), "az": _str(check="name"),
-    "flavor": _S, "resource_class": _S, "aggregate": _S, "image": _S, "networks": _S,
-    "max_nodes": _int(0, 100_000), "vcpu": _int(1, 100_000), "ram_mb": _int(1, 1 << 32), "gpus": _int(0, 1024),
-    "boot_seconds": _secs(DAY), "cleaning_seconds": _secs(DAY),
-    "price": _num(lo=0, hi=1e9),  # list price per node-hour, used when the region has no rate-card feed
-    "kubernetes": {"labels": Key(dict, items=str), "taints": _STRS},
-    "slurm": {"partition": _S, "features": _STRS},
-}
-_POLICY_SCHEMA = {
-    "spend_cap_per_hour": _num(lo=0, hi=1e12), "disruption_budget_pct": _num(0, 100),
-    "idle_ttl_seconds": _secs(), "drain_seconds": _secs(DAY), "failure_ttl_seconds": _secs(),
-    "default_pod_seconds": _int(1, YEAR), "no_notice_max_seconds": _secs(), "currency": _str(check="currency"),
-    "max_launches_per_pass": _int(0, 100_000),
-    "advisory_prespin_seconds": _secs(), "advisory_drain_seconds": _secs(), "advisory_timeout_seconds": _secs(),
-    "advisory_prespin_lead_seconds": _secs(), "advisory_drain_margin_seconds": _secs(),
-    "calendar_advisory_seconds": _secs(),
-    "drill_max_pool_pct": _num(hi=100, gt=0), "drill_min_served_pct": _num(0, 100),
-    "contract_restore_notices": _int(1, 1000), "contract_restore_hold_seconds": _secs(),
-    "observe_deadline_seconds": _num(lo=0.5, hi=3600),
-}
-_URL = _str(check="url")
-_TOKEN = _str(check="token")
-_REGION_SCHEMA = {
-    "backend": _str("sim", "openstack"), "cloud": _S, "seed": _int(0, (1 << 63) - 1), "actor": _S,
-    "budget": {"rate": _num(hi=1e6, gt=0), "burst": _int(1, 1_000_000)},
-    "policy": _POLICY_SCHEMA,
-    "pools": {"*": _POOL_SCHEMA},
-    "openstack": {
-        "image": _S, "networks": _S, "key_name": _S, "user_data": _S, "wait_active_seconds": _secs(DAY),
-        "delete_verify_seconds": _secs(DAY), "timeout_seconds": _timeout(), "blazar": _B,
-        "pools": {"*": {"via": _str("nova", "ironic"), "traits": _STRS, "image": _S, "networks": _S}},
-    },
-    "kubernetes": {
-        "kubeconfig": _S, "context": _S, "in_cluster": _B, "serviceaccount_dir": _S, "server": _URL,
-        "token_file": _S, "ca_file": _S, "insecure_skip_tls_verify": _B, "namespace": _S,
-        "timeout_seconds": _timeout(), "watch_idle_seconds": _timeout(), "watch_max_seconds": _timeout(),
-        "cordon_taint": _S, "expected_seconds_annotation": _S, "deadline_margin_seconds": _num(0, YEAR),
-        "page_size": _int(1, 100_000), "node_label_selector": _S,
-    },
-    "slurm": {
-        "url": _URL, "user": _S, "token": _TOKEN, "token_file": _S, "token_env": _S, "api_version": _S,
-        "scontrol": _S, "slurm_conf": _S, "timeout_seconds": _timeout(), "verify_tls": _B, "ca_file": _S,
-        "node_name": _S, "node_prefix": _S, "default_time_limit_seconds": _int(1, YEAR),
-        "drain_via": _str("auto", "rest", "scontrol"),
-    },
-    "kafka": {
-        "bootstrap_servers": _str(check="hostports"), "topic": _str(check="name"), "client_id": _S,
-        "max_wait_seconds": _timeout(), "batch_size": _int(1, 1_000_000), "transactions": _B,
-        "transactional_id": _S, "security_protocol": _str("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
-        "sasl_mechanism": _str("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"),
-        "sasl_plain_username": _S, "sasl_plain_password": _TOKEN, "sasl_password_file": _S, "ssl_cafile": _S,
-        "ssl_certfile": _S, "ssl_keyfile": _S, "ssl_check_hostname": _B,
-    },
-    "audit": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout(),
-              "batch_size": _int(1, 1000), "ca_file": _S},
-    "contract": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout()},
-    # Integration sections: each real adapter reads its own table (see ADAPTER_SECTIONS).
-    # A section present replaces that part of the simulator for this region.
-}
-ADAPTER_SECTIONS = ("openstack", "slurm", "kubernetes", "contract", "kafka", "audit")
-OUTPUTS = ("auto", "table", "json", "yaml")
-LOG_LEVELS = ("debug", "info", "warning", "error")
-SCHEMA = {
-    "default_region": _str(check="name"), "state_dir": _S, "output": _str(*OUTPUTS), "log_level": _str(*LOG_LEVELS),
-    "regions": {"*": _REGION_SCHEMA},
-}
-
-DEFAULTS = {
-    "default_region": DEMO_REGION_NAME,
-    "output": "auto",
-    "log_level": "warning",
-    "regions": {DEMO_REGION_NAME: DEMO_REGION},
-}
-
-
-ENV_KEYS = {
-    "SPOTCTL_REGION": "default_region",
-    "SPOTCTL_STATE_DIR": "state_dir",
-    "SPOTCTL_OUTPUT": "output",
-    "SPOTCTL_LOG_LEVEL": "log_level",
-}
-
-SECRET_PATTERN = re.compile(r"(password|secret|token|key)$", re.I)
 
 
 # --- typed views ------------------------------------------------------------
@@ -211,9 +73,9 @@ class RegionConfig:
     cloud: str | None = None
     seed: int = 0
     actor: str | None = None
-    sections: dict = field(default_factory=dict)  # adapter tables: openstack, slurm, kubernetes, kafka, audit, ...
+    sections: dict[str, Any] = field(default_factory=dict)  # adapter tables: openstack, slurm, kubernetes, kafka, audit, ...
 
-    def section(self, name: str) -> dict | None:
+    def section(self, name: str) -> dict[str, Any] | None:
         """The raw, schema-checked table of an adapter, or None when the region does not configure it."""
         return self.sections.get(name)
 
@@ -231,17 +93,17 @@ class RegionConfig:
 class Config:
     """The merged configuration, with the source of every leaf value."""
 
-    data: dict
+    data: dict[str, Any]
     sources: dict[str, str]
     files: list[str]
 
     @property
     def default_region(self) -> str:
-        return self.data["default_region"]
+        return str(self.data["default_region"])
 
     @property
     def output(self) -> str:
-        return self.data.get("output", "auto")
+        return str(self.data.get("output", "auto"))
 
     @property
     def log_level(self) -> str:
@@ -277,7 +139,7 @@ class Config:
 # --- loading ----------------------------------------------------------------
 
 
-def user_config_path(env: dict | None = None, host: bool = True) -> Path | None:
+def user_config_path(env: Mapping[str, str] | None = None, host: bool = True) -> Path | None:
     """The user layer: ``SPOTCTL_CONFIG``, else ``$XDG_CONFIG_HOME/spotctl/config.toml``, else (on the
     host only) ``~/.config/spotctl/config.toml``; None when the environment names none."""
     env = os.environ if env is None else env
@@ -291,10 +153,10 @@ def user_config_path(env: dict | None = None, host: bool = True) -> Path | None:
 
 def load_config(
     *,
-    env: dict | None = None,
-    flags: dict | None = None,
-    system_path: str | os.PathLike | None = None,
-    user_path: str | os.PathLike | None = None,
+    env: dict[str, Any] | None = None,
+    flags: dict[str, Any] | None = None,
+    system_path: str | os.PathLike[str] | None = None,
+    user_path: str | os.PathLike[str] | None = None,
     host: bool | None = None,
 ) -> Config:
     """Load and merge every layer; raise :class:`ConfigError` on bad input.
@@ -311,7 +173,7 @@ def load_config(
     if env.get("SPOTCTL_CONFIG") and (user is None or not user.exists()):
         raise ConfigError(f"config file {user} (from SPOTCTL_CONFIG) does not exist")
 
-    data: dict = {}
+    data: dict[str, Any] = {}
     sources: dict[str, str] = {}
     _merge(data, sources, copy.deepcopy(DEFAULTS), "default")
     files = []
@@ -335,14 +197,14 @@ def load_config(
         spec = SCHEMA.get(key)
         problem = leaf_problem(spec, value) if isinstance(spec, Key) else None
         if problem:
-            raise ConfigError(f"{origin}: {key!r} {problem}", hint=_hint(spec) if isinstance(spec, Key) else None,
+            raise ConfigError(f"{origin}: {key!r} {problem}", hint=hint_for(spec) if isinstance(spec, Key) else None,
                               details={"key": key, "source": origin})
         _merge(data, sources, {key: value}, origin)
     _check_values(data, sources, texts)
     return Config(data=data, sources=sources, files=files)
 
 
-def _read_file(path: Path) -> tuple[dict, str]:
+def _read_file(path: Path) -> tuple[dict[str, Any], str]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -358,13 +220,13 @@ def _read_file(path: Path) -> tuple[dict, str]:
     return data, text
 
 
-def _normalize(data: dict) -> None:
+def _normalize(data: dict[str, Any]) -> None:
     for key in ("output", "log_level"):
         if isinstance(data.get(key), str):
             data[key] = data[key].lower()
 
 
-def _validate(data: dict, schema: dict, where: tuple[str, ...], path: Path, text: str) -> None:
+def _validate(data: dict[str, Any], schema: dict[str, Any], where: tuple[str, ...], path: Path, text: str) -> None:
     for key, value in data.items():
         spec = schema.get(key, schema.get("*"))
         keypath = where + (key,)
@@ -382,106 +244,8 @@ def _validate(data: dict, schema: dict, where: tuple[str, ...], path: Path, text
             continue
         problem = leaf_problem(spec, value)
         if problem:
-            raise ConfigError(f"{at}: {dotted!r} {problem}", hint=_hint(spec), details=details)
+            raise ConfigError(f"{at}: {dotted!r} {problem}", hint=hint_for(spec), details=details)
 
-
-def _show(value: object, limit: int = 60) -> str:
-    """A value as echoed in an error: its repr, cut to ``limit`` characters."""
-    r = repr(value)
-    return r if len(r) <= limit else r[: limit - 1] + "…"
-
-
-def _hint(spec: Key) -> str | None:
-    if spec.choices:
-        return "one of: " + ", ".join(spec.choices)
-    return {"url": "e.g. https://host:8443/path", "hostports": 'e.g. "kafka1:9092,kafka2:9092"',
-            "currency": 'an ISO 4217 code, e.g. "EUR"'}.get(spec.check or "")
-
-
-def _range(spec: Key) -> str:
-    def n(v: float) -> str:
-        return str(int(v)) if float(v).is_integer() else f"{v:g}"
-
-    parts = []
-    if spec.gt is not None:
-        parts.append(f"> {n(spec.gt)}")
-    if spec.lo is not None:
-        parts.append(f">= {n(spec.lo)}")
-    if spec.hi is not None:
-        parts.append(f"<= {n(spec.hi)}")
-    return " and ".join(parts)
-
-
-def leaf_problem(spec: Key, value: object) -> str | None:
-    """Why ``value`` does not fit ``spec`` (a phrase to follow the key), or None when it fits."""
-    types = spec.type if isinstance(spec.type, tuple) else (spec.type,)
-    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-    if not ok:
-        return f"must be {spec.want()}, got {type(value).__name__} {_show(value)}"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"must be a finite number, got {value!r}"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if ((spec.lo is not None and value < spec.lo) or (spec.hi is not None and value > spec.hi)
-                or (spec.gt is not None and value <= spec.gt)):
-            return f"must be {_range(spec)}, got {_show(value)}"
-    if isinstance(value, list) and spec.items is not None:
-        for i, item in enumerate(value):
-            if not isinstance(item, spec.items) or isinstance(item, bool) and spec.items is not bool:
-                return f"must be {spec.want()}: item {i + 1} is {type(item).__name__} {_show(item)}"
-    if isinstance(value, dict) and spec.items is not None:
-        for k, item in value.items():
-            if not isinstance(item, spec.items) or isinstance(item, bool) and spec.items is not bool:
-                return f"must be {spec.want()}: {k!r} is {type(item).__name__} {_show(item)}"
-    if isinstance(value, str):
-        if spec.choices and value not in spec.choices:
-            return f"must be one of {', '.join(spec.choices)}, got {_show(value)}"
-        check = _CHECKS.get(spec.check or "")
-        if check:
-            return check(value)
-    return None
-
-
-def _check_url(v: str) -> str | None:
-    try:
-        u = urlsplit(v)
-        u.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError as e:
-        return f"is not a valid URL ({e}): {_show(v)}"
-    if u.scheme not in ("http", "https") or not u.hostname or any(c.isspace() for c in v):
-        return f"must be an http:// or https:// URL with a host, got {_show(v)}"
-    return None
-
-
-_HOSTPORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})$")
-
-
-def _check_hostports(v: str) -> str | None:
-    items = [s.strip() for s in v.split(",")]
-    for item in items:
-        m = _HOSTPORT.match(item)
-        if not m or not 1 <= int(m.group(2)) <= 65535:
-            return f"must be a comma-separated list of host:port, got {_show(item or v)}"
-    return None
-
-
-def _check_token(v: str) -> str | None:
-    if not v or any(c.isspace() or not c.isprintable() for c in v):
-        return "must be one line of printable characters without spaces (a newline or space was found)"
-    return None
-
-
-def _check_currency(v: str) -> str | None:
-    return None if re.fullmatch(r"[A-Z]{3}", v) else f"must be a three-letter ISO 4217 code, got {_show(v)}"
-
-
-def _check_name(v: str) -> str | None:
-    if not v or len(v) > 253 or any(c.isspace() or not c.isprintable() for c in v):
-        return f"must be a non-empty name without spaces (at most 253 characters), got {_show(v)}"
-    return None
-
-
-_CHECKS = {"url": _check_url, "hostports": _check_hostports, "token": _check_token,
-           "currency": _check_currency, "name": _check_name}
 
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
@@ -515,7 +279,7 @@ def _locate(text: str, table: tuple[str, ...], key: str) -> int | None:
     return fallback
 
 
-def _merge(dst: dict, sources: dict, src: dict, origin: str, prefix: str = "") -> None:
+def _merge(dst: dict[str, Any], sources: dict[str, Any], src: dict[str, Any], origin: str, prefix: str = "") -> None:
     for key, value in src.items():
         path = f"{prefix}{key}"
         if isinstance(value, dict) and value and not _is_leaf_table(path):
@@ -532,7 +296,7 @@ def _is_leaf_table(path: str) -> bool:
     return path.endswith(".labels")
 
 
-def _flatten(d: dict, prefix: str = ""):
+def _flatten(d: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key in sorted(d):
         value = d[key]
         path = f"{prefix}{key}"
@@ -542,7 +306,7 @@ def _flatten(d: dict, prefix: str = ""):
             yield path, value
 
 
-def _fail(sources: dict, key: str, message: str, hint: str | None = None, texts: dict | None = None):
+def _fail(sources: dict[str, Any], key: str, message: str, hint: str | None = None, texts: dict[str, Any] | None = None) -> NoReturn:
     origin = sources.get(key, "default")
     at, line = origin, None
     if texts and origin in texts:
@@ -557,7 +321,7 @@ _POOL_REQUIRED = {"kind": "'vm' or 'baremetal'", "az": "the availability zone",
                   "vcpu": "the node shape", "ram_mb": "the node shape"}
 
 
-def _check_values(data: dict, sources: dict, texts: dict | None = None) -> None:
+def _check_values(data: dict[str, Any], sources: dict[str, Any], texts: dict[str, Any] | None = None) -> None:
     """What a single value cannot show: required keys, and names that must refer to things that exist."""
     for rname, region in data.get("regions", {}).items():
         base = f"regions.{rname}"
@@ -580,7 +344,7 @@ def _check_values(data: dict, sources: dict, texts: dict | None = None) -> None:
                           hint=f"pools of {rname}: {known}", texts=texts)
 
 
-def _region_from_dict(name: str, d: dict, sources: dict) -> RegionConfig:
+def _region_from_dict(name: str, d: dict[str, Any], sources: dict[str, Any]) -> RegionConfig:
     pools = {}
     for pname, p in sorted(d.get("pools", {}).items()):
         k8s = p.get("kubernetes", {})

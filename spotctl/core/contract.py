@@ -111,14 +111,14 @@ def lateness(n: SeenNotice) -> list[str]:
 
 
 def notice_term(notices: list[SeenNotice], now: float, *, restore_notices: int = 3,
-                restore_hold_seconds: float = 3600.0) -> dict:
+                restore_hold_seconds: float = 3600.0) -> dict[str, Any]:
     """The hard-notice term over the notices seen in the window: ``met`` or ``degraded``, with evidence."""
     ordered = sorted(notices, key=lambda n: (n.issued_at, n.id))
     late = [(n, lateness(n)) for n in ordered]
     bad = [(n, why) for n, why in late if why]
     leads = [n.deadline - n.issued_at for n in ordered if n.deadline is not None]
     lat = [n.delivered_at - n.issued_at for n in ordered if n.delivered_at is not None]
-    evidence: dict = {
+    evidence: dict[str, Any] = {
         "hard_notices": len(ordered), "late": len(bad),
         "lead_min_s": round(min(leads), 3) if leads else None,
         "left_at_receipt_min_s": min((round(n.deadline - n.first_seen_at, 3) for n in ordered
@@ -150,7 +150,7 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return round(v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))], 3)
 
 
-def pool_notice_term(hard: Sequence[SeenNotice], facts: ContractFacts) -> dict:
+def pool_notice_term(hard: Sequence[SeenNotice], facts: ContractFacts) -> dict[str, Any]:
     """Term 1 for one pool's hard notices: :func:`notice_term`, with the lead and delivery percentiles."""
     leads = [n.deadline - n.issued_at for n in hard if n.deadline is not None]
     lat = [n.delivered_at - n.issued_at for n in hard if n.delivered_at is not None]
@@ -161,7 +161,7 @@ def pool_notice_term(hard: Sequence[SeenNotice], facts: ContractFacts) -> dict:
     return term
 
 
-def advisory_term(notices: Sequence[SeenNotice]) -> dict:
+def advisory_term(notices: Sequence[SeenNotice]) -> dict[str, Any]:
     """Term 2 for one pool's notices (the feed was read): ``degraded`` when more than half of the hard
     notices came without an advisory (or calendar warning) for their instance; drill notices excepted."""
     hard = [n for n in notices if n.kind == "hard"]
@@ -171,7 +171,7 @@ def advisory_term(notices: Sequence[SeenNotice]) -> dict:
     return {"state": "degraded" if hard and len(unwarned) * 2 > len(hard) else "met", "evidence": evidence}
 
 
-def rate_card_term(pool: str, rate_card: RateCard | None, now: float, error: str | None = None) -> dict:
+def rate_card_term(pool: str, rate_card: RateCard | None, now: float, error: str | None = None) -> dict[str, Any]:
     """Term 3: ``met`` with a fed (not static) price for the pool, in date and refreshed within
     :data:`RATE_CARD_MAX_AGE`; ``degraded`` when stale; ``missing`` without a fed price."""
     rc = rate_card
@@ -190,7 +190,7 @@ def rate_card_term(pool: str, rate_card: RateCard | None, now: float, error: str
                          "valid_until": rc.valid_until}}
 
 
-def reservations_term(pool: str, facts: ContractFacts) -> dict:
+def reservations_term(pool: str, facts: ContractFacts) -> dict[str, Any]:
     """Term 4: ``met`` when the reservation service was read this pass, else ``missing``."""
     if facts.cloud_error is not None:
         return {"state": "missing", "evidence": {"error": facts.cloud_error}}
@@ -200,7 +200,7 @@ def reservations_term(pool: str, facts: ContractFacts) -> dict:
                                          "read_at": facts.now}}
 
 
-def reclaim_api_term(r: ReclaimApiFacts) -> dict:
+def reclaim_api_term(r: ReclaimApiFacts) -> dict[str, Any]:
     """Term 5: ``met`` only when a status call answered this pass; ``unknown`` when the API is offered
     with no status call to show it answers; ``missing`` when it is not offered or the call failed."""
     if not r.offered:
@@ -221,10 +221,10 @@ def provider_reclaim_view(body: object) -> object:
     return None
 
 
-def pool_terms(pool: str, facts: ContractFacts) -> dict:
+def pool_terms(pool: str, facts: ContractFacts) -> dict[str, Any]:
     """Every term for one pool: ``{"state": met|degraded, "failing": [...], "terms": {...}}``."""
     mine = [n for n in facts.notices if n.pool == pool]
-    terms: dict[str, dict] = {}
+    terms: dict[str, dict[str, Any]] = {}
     if not facts.provides_notices or facts.notices_error is not None:
         why = facts.notices_error or NO_NOTICE_FEED
         terms["notice"] = {"state": "missing", "evidence": {"error": why}}
@@ -239,7 +239,7 @@ def pool_terms(pool: str, facts: ContractFacts) -> dict:
     return {"state": state, "failing": [k for k in TERMS if terms[k]["state"] != "met"], "terms": terms}
 
 
-def evaluate(region: str, pools: Iterable[str], facts: ContractFacts) -> dict:
+def evaluate(region: str, pools: Iterable[str], facts: ContractFacts) -> dict[str, Any]:
     """The contract report: each pool's terms, and whether every pool meets every term."""
     report = {name: pool_terms(name, facts) for name in pools}
     return {"region": region, "now": facts.now, "pools": report,
@@ -273,7 +273,7 @@ def change_kind(before: str | None, pool_report: Mapping[str, Any]) -> str | Non
     return "restored" if pool_report["state"] == "met" else "degraded"
 
 
-def late_notice_report(pool: str, before: str | None, notice: SeenNotice, now: float) -> dict | None:
+def late_notice_report(pool: str, before: str | None, notice: SeenNotice, now: float) -> dict[str, Any] | None:
     """The report that flips a pool's notice term when a late hard notice is seen (by the watcher,
     between passes): None when the notice kept the contract, or the recorded state (``before``)
     already counts the notice term as failing. The other recorded failing terms are kept."""

@@ -6,9 +6,11 @@ loader offers them as the ``demo`` region when no configuration exists.
 
 from __future__ import annotations
 
+from typing import Any
+
 DEMO_REGION_NAME = "demo"
 
-DEMO_POOLS: dict[str, dict] = {
+DEMO_POOLS: dict[str, dict[str, Any]] = {
     "gp-az1": {
         "kind": "vm", "class": "headroom", "az": "az1", "flavor": "spot.gp.8x32",
         "vcpu": 8, "ram_mb": 32768, "gpus": 0, "max_nodes": 40, "boot_seconds": 90,
@@ -51,7 +53,7 @@ DEMO_POOLS: dict[str, dict] = {
     },
 }
 
-DEMO_REGION: dict = {
+DEMO_REGION: dict[str, Any] = {
     "backend": "sim",
     "seed": 7,
     "budget": {"rate": 0.5, "burst": 30},

@@ -94,7 +94,7 @@ def replacement_seconds(v: VictimFacts) -> float | None:
 
 
 def score_victim(v: VictimFacts, notice_seconds: float,
-                 advisory_lead_seconds: float = 0.0) -> tuple[dict, dict[str, bool | None]]:
+                 advisory_lead_seconds: float = 0.0) -> tuple[dict[str, Any], dict[str, bool | None]]:
     """One reclaimed victim's row (its evidence) and its checks: name -> passed, or None when unchecked."""
     n = v.hard_notice
     first = v.first_notice
@@ -137,7 +137,7 @@ def score_victim(v: VictimFacts, notice_seconds: float,
     return row, {name: (None if name in unchecked else bool(passed[name])) for name in CHECKS}
 
 
-def score(facts: DrillFacts) -> dict:
+def score(facts: DrillFacts) -> dict[str, Any]:
     """The drill's score from its victims: ``{"score", "checks", "passed", "victims": [rows]}``."""
     rows = []
     checks = passed = 0

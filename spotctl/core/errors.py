@@ -9,6 +9,7 @@ have exactly one place each that catches them.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -63,14 +64,14 @@ class SpotctlError(Exception):
     code = "error"
     exit_code = ExitCode.UNEXPECTED
 
-    def __init__(self, message: str, *, hint: str | None = None, details: dict | None = None):
+    def __init__(self, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None):
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.details = details or {}
 
-    def to_dict(self) -> dict:
-        d = {"code": self.code, "message": self.message}
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.hint:
             d["hint"] = self.hint
         if self.details:

@@ -8,8 +8,8 @@ or failed; a node that disappears without notice is lost.
 from __future__ import annotations
 
 from .errors import RefusedError
+from .models import Node, PoolSpec
 from .models import NodeState as S
-from .models import PoolSpec
 
 ALLOWED: dict[S, frozenset[S]] = {
     S.INTENDED: frozenset({S.BUILDING, S.ACTIVE, S.FAILED, S.DELETING, S.LOST}),
@@ -36,6 +36,11 @@ def check_transition(node_id: str, src: S, dst: S) -> None:
 #: The states a node can be drained from (a hard notice, an advisory's drain stage, ``spotctl drain``),
 #: in lifecycle order: a node still building is drained too (it may have joined a scheduler already).
 DRAINABLE: tuple[S, ...] = (S.BUILDING, S.ACTIVE, S.ADVISED)
+
+
+def plannable(n: Node) -> bool:
+    """A node the planner acts on: live, or failed with an instance to delete."""
+    return n.live or (n.state is S.FAILED and bool(n.instance_id))
 
 
 def drainable(state: S) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -39,7 +40,7 @@ class Shape:
     def clamp(self) -> "Shape":
         return Shape(max(0, self.vcpu), max(0, self.ram_mb), max(0, self.gpus))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"vcpu": self.vcpu, "ram_mb": self.ram_mb, "gpus": self.gpus}
 
 
@@ -124,6 +125,17 @@ class NodeState(StrEnum):
     LOST = "lost"
 
 
+class ActionKind(StrEnum):
+    """What an action does to capacity (the planner's, the watcher's and an operator's alike)."""
+
+    LAUNCH = "launch"
+    DRAIN = "drain"
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+    DELETE = "delete"
+    PROTECT = "protect"
+
+
 TERMINAL_STATES = frozenset({NodeState.GONE, NodeState.FAILED, NodeState.LOST})
 
 
@@ -153,7 +165,7 @@ class Node:
     def live(self) -> bool:
         return self.state not in TERMINAL_STATES
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "pool": self.pool,
@@ -252,7 +264,7 @@ class Instance:
 class RateCard:
     version: str
     currency: str
-    prices: dict  # pool -> price per node-hour
+    prices: dict[str, Any]  # pool -> price per node-hour
     valid_from: float
     valid_until: float
 
@@ -308,8 +320,8 @@ class DrainProgress:
     def empty(self) -> bool:
         return self.remaining == 0
 
-    def to_dict(self) -> dict:
-        d: dict = {"remaining": self.remaining, "moved": self.moved, "empty": self.empty}
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"remaining": self.remaining, "moved": self.moved, "empty": self.empty}
         if self.blocked:
             d["blocked"] = list(self.blocked)
         if self.forced:

@@ -8,11 +8,12 @@ what it says; neither has a rule of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .budget import Priority
 from .config import Policy
 from .lifecycle import cordonable, drainable, uncordonable
-from .models import NodeState, Notice, NoticeKind
+from .models import ActionKind, NodeState, Notice, NoticeKind
 
 
 @dataclass(frozen=True)
@@ -24,11 +25,11 @@ class NoticeDecision:
     ``leaving``: the node is on its way out, no new work is planned onto it; ``replace``: the work
     running there needs capacity elsewhere, soon."""
 
-    kind: str | None
+    kind: ActionKind | None
     priority: Priority
     reason: str
     deadline: float | None = None
-    inputs: dict = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
     leaving: bool = False
     replace: bool = False
 
@@ -56,18 +57,18 @@ def decide_notice(notice: Notice | None, state: NodeState, now: float, policy: P
     seen = {} if running is None else {"running": running}
     if notice is None:
         if uncordonable(state, cordoned_by_us=cordoned_by_us):
-            return NoticeDecision("uncordon", Priority.OPERATOR, "advisory cleared: accept work again")
+            return NoticeDecision(ActionKind.UNCORDON, Priority.OPERATOR, "advisory cleared: accept work again")
         return None
     if notice.kind is NoticeKind.HARD:
         deadline = notice.deadline
         if deadline is not None and now >= deadline and state is not NodeState.DELETING:
-            return NoticeDecision("delete", Priority.RECLAIM,
+            return NoticeDecision(ActionKind.DELETE, Priority.RECLAIM,
                                   f"hard notice {notice.id} deadline passed: make sure the capacity is returned",
                                   deadline=deadline, inputs={"notice": notice.id}, leaving=True)
         if drainable(state):
             left = (deadline - now) if deadline else None
             return NoticeDecision(
-                "drain", Priority.RECLAIM,
+                ActionKind.DRAIN, Priority.RECLAIM,
                 f"hard notice {notice.id} ({notice.reason or 'reclaim'})"
                 + (f", deadline in {int(left)}s" if left is not None else ""),
                 deadline=deadline, inputs={"notice": notice.id, **seen}, leaving=True, replace=bool(running))
@@ -79,18 +80,18 @@ def decide_notice(notice: Notice | None, state: NodeState, now: float, policy: P
     if stage == "expired":
         # Time-boxed: an advisory that neither cleared nor became a notice stops steering us.
         if uncordonable(state, cordoned_by_us=cordoned_by_us):
-            return NoticeDecision("uncordon", Priority.OPERATOR,
+            return NoticeDecision(ActionKind.UNCORDON, Priority.OPERATOR,
                                   f"{what} timed out after {int(now - notice.issued_at)}s: accept work again",
                                   inputs={"notice": notice.id})
         return NoticeDecision(None, Priority.OPERATOR, f"{what} timed out: nothing to revert")
     if stage == "drain":
         when = f", reclaim in {int(notice.deadline - now)}s" if notice.deadline is not None else ""
-        return NoticeDecision("drain", Priority.RECLAIM, f"{what}: drain ahead of the reclaim{when}",
+        return NoticeDecision(ActionKind.DRAIN, Priority.RECLAIM, f"{what}: drain ahead of the reclaim{when}",
                               deadline=notice.deadline, inputs={"notice": notice.id, "stage": stage, **seen},
                               leaving=True, replace=bool(running))
     replace = stage == "prespin" and bool(running)
     if cordonable(state, cordoned=cordoned, known=known):
-        return NoticeDecision("cordon", Priority.RECLAIM, f"{what}: stop new placements",
+        return NoticeDecision(ActionKind.CORDON, Priority.RECLAIM, f"{what}: stop new placements",
                               inputs={"notice": notice.id, "stage": "cordon"}, leaving=True, replace=replace)
     # cordoned already, or still booting unknown to every scheduler (cordoned once it registers)
     return NoticeDecision(None, Priority.RECLAIM, f"{what}: new placements stopped already"

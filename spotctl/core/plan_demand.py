@@ -10,10 +10,11 @@ launches per pass and the token budget. What no node takes is counted by reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .budget import Priority
 from .capacity import Calendar
-from .models import NodeState, PoolKind, PoolSpec, Shape
+from .models import ActionKind, NodeState, PoolKind, PoolSpec, Shape
 from .notices import calendar_advisory_due, node_protection
 from .plan_input import REPLACEMENT, DemandClass, PlanInput
 from .plan_state import PlanState
@@ -189,7 +190,7 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
     limit_left = max(0, pool.max_nodes - existing)
     launched = 0
     units = 0
-    segments: list[list] = []  # [nodes, safe_until, longest unit seconds] per packing pattern
+    segments: list[list[Any]] = []  # [nodes, safe_until, longest unit seconds] per packing pattern
     earliest_safe = None
     while True:
         why = ls.held(st, name, pool, price, launched, free, limit_left)
@@ -249,7 +250,7 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
     ls.planned[name] = ls.planned.get(name, 0) + launched
     what = ("replacement capacity for " + ", ".join(sorted({e for d in cands for e in d.examples}))
             if priority is Priority.REPLACEMENT else f"{units} pending units")
-    st.add("launch", priority,
+    st.add(ActionKind.LAUNCH, priority,
            f"{what}: {launched} × {name} ({pool.shape.vcpu} vCPU/{pool.shape.ram_mb // 1024} GiB"
            + (f"/{pool.shape.gpus} GPU" if pool.shape.gpus else "") + f") at {price:.3f}/node-hour"
            + (f"; calendar keeps the capacity until {int(earliest_safe - now)}s from now"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .budget import Priority
 from .lifecycle import bound_schedulers, forced_round
-from .models import NodeState, Notice, Scheduler
+from .models import ActionKind, NodeState, Notice, Scheduler
 from .notices import calendar_notice, decide_notice, node_protection
 from .plan_input import REPLACEMENT, DemandClass, NodeView
 from .plan_state import PlanState
@@ -28,14 +28,14 @@ def housekeeping(st: PlanState) -> None:
                 st.leaving.add(n.id)
             if d.replace:
                 st.to_replace.append(n)
-            if d.kind is not None and (d.kind != "delete" or st.tokens(d.priority, 1)):
+            if d.kind is not None and (d.kind is not ActionKind.DELETE or st.tokens(d.priority, 1)):
                 st.add(d.kind, d.priority, d.reason, node=n.id, pool=n.pool, deadline=d.deadline, inputs=d.inputs)
         elif n.state is NodeState.DRAINING:
             drain_round(st, n, notice)
         elif n.state is NodeState.FAILED:
             st.leaving.add(n.id)
             if st.tokens(Priority.CONSOLIDATION, 1):
-                st.add("delete", Priority.CONSOLIDATION, "instance failed to build", node=n.id, pool=n.pool)
+                st.add(ActionKind.DELETE, Priority.CONSOLIDATION, "instance failed to build", node=n.id, pool=n.pool)
     replacement_demand(st)
 
 
@@ -57,12 +57,12 @@ def drain_round(st: PlanState, n: NodeView, notice: Notice | None) -> None:
     deadline = notice.deadline if notice is not None else None
     deadline_near = forced_round(deadline, now)
     pr = Priority.RECLAIM if notice is not None else Priority.CONSOLIDATION
-    if n.running and deadline_near:
-        st.add("drain", pr, f"notice {notice.id} deadline in {int(deadline - now)}s: last drain round, delete "
+    if n.running and deadline_near and notice is not None and deadline is not None:
+        st.add(ActionKind.DRAIN, pr, f"notice {notice.id} deadline in {int(deadline - now)}s: last drain round, delete "
                f"the {n.running} workload(s) still there", node=n.id, pool=n.pool, deadline=deadline,
                inputs={"notice": notice.id, "running": n.running, "continue": True, "force": True})
     elif n.running and not overdue:
-        st.add("drain", pr, f"drain continues: {n.running} workload(s) still on the node", node=n.id,
+        st.add(ActionKind.DRAIN, pr, f"drain continues: {n.running} workload(s) still on the node", node=n.id,
                pool=n.pool, deadline=deadline, inputs={"running": n.running, "continue": True,
                                                       **({"notice": notice.id} if notice else {})})
     # empty only on evidence: every scheduler the node is bound to was read and shows nothing there
@@ -72,7 +72,7 @@ def drain_round(st: PlanState, n: NodeView, notice: Notice | None) -> None:
     if seen_empty or overdue or deadline_near:
         why = "drained and empty" if seen_empty else ("drain time is up" if overdue else "notice deadline is near")
         if st.tokens(pr, 1):
-            st.add("delete", pr, f"{why}: return the capacity", node=n.id, pool=n.pool)
+            st.add(ActionKind.DELETE, pr, f"{why}: return the capacity", node=n.id, pool=n.pool)
 
 
 def replacement_demand(st: PlanState) -> None:
@@ -104,16 +104,17 @@ def protect_windows(st: PlanState) -> None:
         if n.id in st.leaving or n.cordoned or n.state not in (NodeState.BUILDING, NodeState.ACTIVE):
             continue
         longest = max(pods[n.pool], policy.default_pod_seconds) if n.pool in pods else policy.default_pod_seconds
-        until, closed = node_protection(inp.host_reclaims.get(n.host) if n.host else None, now, policy, longest)
+        reclaim_at = inp.host_reclaims.get(n.host) if n.host else None
+        until, closed = node_protection(reclaim_at, now, policy, longest)
         told = None if n.protected_until is None else round(n.protected_until)
         if (None if until is None else round(until)) == told and (closed == n.protect_closed or until is None):
             continue
         if until is None:
             why = "no reservation takes its host any more: lift the run-time window"
         else:
-            why = (f"a reservation takes host {n.host} at {int(inp.host_reclaims[n.host])}: work must end by "
+            why = (f"a reservation takes host {n.host} at {int(reclaim_at or 0)}: work must end by "
                    f"{int(until)} ({int(until - now)}s from now)")
             if closed:
                 why += f"; shorter than the work that could land ({longest}s): no new work"
-        st.add("protect", Priority.RECLAIM, why, node=n.id, pool=n.pool,
+        st.add(ActionKind.PROTECT, Priority.RECLAIM, why, node=n.id, pool=n.pool,
                inputs={"until": until, "closed": closed, "host": n.host, "longest_seconds": longest})

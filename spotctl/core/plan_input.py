@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from .budget import Bucket
 from .capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, calendar_id
@@ -52,7 +53,7 @@ class DemandClass:
     pools: tuple[str, ...]  # pools that serve these units and whose shape fits them
     examples: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "key": self.key, "scheduler": self.scheduler, "shape": self.shape.to_dict(),
             "priority": self.priority, "expected_seconds": self.expected_seconds,
@@ -80,7 +81,7 @@ class NodeView:
     cordoned_by_us: bool = False  # our record says we cordoned it (``cordoned`` also counts other cordons)
     known: bool = True  # some scheduler knows the node (it has registered): there is something to cordon
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id, "pool": self.pool, "state": str(self.state), "used": self.used.to_dict(), "host": self.host,
             "running": self.running, "cordoned": self.cordoned, "idle_since": self.idle_since,
@@ -117,16 +118,16 @@ class PlanInput:
     def digest(self) -> str:
         return self._encoded[1]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return self._encoded[0]
 
     @cached_property
-    def _encoded(self) -> tuple[dict, str]:
+    def _encoded(self) -> tuple[dict[str, Any], str]:
         d = self._to_dict()
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
         return d, hashlib.sha256(blob.encode()).hexdigest()
 
-    def _to_dict(self) -> dict:
+    def _to_dict(self) -> dict[str, Any]:
         rc = self.rate_card
         return {
             "region": self.region,
@@ -155,7 +156,7 @@ class PlanInput:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PlanInput":
+    def from_dict(cls, d: dict[str, Any]) -> "PlanInput":
         """Rebuild a recorded input, so that its plan can be reproduced exactly."""
         rc = d["rate_card"]
         b = d["budget"]
@@ -195,7 +196,7 @@ class PlanInput:
         )
 
 
-def pool_to_dict(p: PoolSpec) -> dict:
+def pool_to_dict(p: PoolSpec) -> dict[str, Any]:
     return {
         "name": p.name, "kind": str(p.kind), "class": str(p.pool_class), "az": p.az, "shape": p.shape.to_dict(),
         "flavor": p.flavor, "resource_class": p.resource_class, "aggregate": p.aggregate, "image": p.image,
@@ -206,7 +207,7 @@ def pool_to_dict(p: PoolSpec) -> dict:
     }
 
 
-def pool_from_dict(d: dict) -> PoolSpec:
+def pool_from_dict(d: dict[str, Any]) -> PoolSpec:
     return PoolSpec(
         name=d["name"], kind=PoolKind(d["kind"]), pool_class=PoolClass(d["class"]), az=d["az"],
         shape=Shape(**d["shape"]), flavor=d["flavor"], resource_class=d["resource_class"], aggregate=d["aggregate"],
@@ -218,7 +219,7 @@ def pool_from_dict(d: dict) -> PoolSpec:
     )
 
 
-def _notice_dict(n: Notice | None) -> dict | None:
+def _notice_dict(n: Notice | None) -> dict[str, Any] | None:
     if n is None:
         return None
     return {"id": n.id, "instance_id": n.instance_id, "kind": str(n.kind), "issued_at": n.issued_at,
@@ -286,20 +287,20 @@ def build_input(
             protected_until=node.protected_until, protect_closed=node.protect_closed, cordoned_by_us=node.cordoned,
             known=bool(us),
         ))
-    classes: dict[tuple, list] = {}
-    for u in units:
-        key = (str(u.scheduler), u.shape, u.priority, u.expected_seconds, u.partition, u.features,
-               u.node_selector, u.tolerations)
+    classes: dict[tuple[Any, ...], list[Any]] = {}
+    for w in units:
+        key = (str(w.scheduler), w.shape, w.priority, w.expected_seconds, w.partition, w.features,
+               w.node_selector, w.tolerations)
         entry = classes.get(key)
         if entry is None:
-            entry = classes[key] = [u, 0, []]
+            entry = classes[key] = [w, 0, []]
         entry[1] += 1
         ex = entry[2]
         if len(ex) < EXAMPLES:
-            ex.append(u.id)
+            ex.append(w.id)
             ex.sort()
-        elif u.id < ex[-1]:
-            ex[-1] = u.id
+        elif w.id < ex[-1]:
+            ex[-1] = w.id
             ex.sort()
     demand = []
     for key, (sample, count, examples) in classes.items():

@@ -8,10 +8,12 @@ are spent) and adds its own actions and explanations. Nothing else is shared bet
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .actions import Action
 from .budget import Bucket, Priority
 from .capacity import calendar_id
+from .models import ActionKind
 from .plan_input import DemandClass, NodeView, PlanInput
 
 
@@ -20,7 +22,7 @@ class PlanState:
     inp: PlanInput
     plan_id: str
     prices: dict[str, float]  # pool -> price per node-hour (empty without a rate card)
-    base_inputs: dict  # in every action's inputs: rate-card version, calendar id, budget tokens
+    base_inputs: dict[str, Any]  # in every action's inputs: rate-card version, calendar id, budget tokens
     bucket: Bucket  # the token budget as this plan spends it: higher classes are planned first
     actions: list[Action] = field(default_factory=list)  # in the order decided (sorted by priority at the end)
     explain: list[str] = field(default_factory=list)
@@ -50,7 +52,7 @@ class PlanState:
     def now(self) -> float:
         return self.inp.now
 
-    def add(self, kind: str, priority: Priority, reason: str, **kw) -> Action:
+    def add(self, kind: ActionKind, priority: Priority, reason: str, **kw: Any) -> Action:
         """Add an action; its inputs are the plan's base inputs and what ``inputs=`` adds."""
         a = Action(id=f"{self.plan_id}-{len(self.actions):03d}", kind=kind, priority=priority, reason=reason,
                    inputs={**self.base_inputs, **kw.pop("inputs", {})}, **kw)

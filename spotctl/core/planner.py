@@ -22,10 +22,11 @@ the order of decisions is the order of the budget's claims:
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from .actions import Plan
 from .budget import Priority
-from .models import NodeState
+from .models import ActionKind, NodeState
 from .plan_demand import fill_existing, nodes_by_pool, pack_new, pool_score
 from .plan_housekeeping import housekeeping, protect_windows
 from .plan_input import PlanInput
@@ -54,10 +55,11 @@ def scale_down(st: PlanState) -> None:
         allowed = max(1, allowed)
     idle.sort(key=lambda n: (-st.prices.get(n.pool, n.price), n.idle_since, n.id))
     for n in idle[:allowed]:
+        assert n.idle_since is not None  # the filter above
         if not st.tokens(Priority.CONSOLIDATION, 1):
             st.explain.append("scale-down held: token budget")
             break
-        st.add("delete", Priority.CONSOLIDATION,
+        st.add(ActionKind.DELETE, Priority.CONSOLIDATION,
                f"idle for {int(now - n.idle_since)}s (idle TTL {policy.idle_ttl_seconds}s)", node=n.id, pool=n.pool)
     if len(idle) > allowed:
         st.explain.append(f"scale-down: {len(idle) - allowed} more idle nodes held by the disruption budget "
@@ -74,7 +76,7 @@ def summary(st: PlanState) -> Plan:
     demand_summary = {
         "pending": sum(d.count for d in inp.demand), "by_scheduler": dict(sorted(by_sched.items())),
         "covered_by_existing_nodes": st.covered,
-        "placed_on_new_nodes": sum(a.units for a in st.actions if a.kind == "launch"),
+        "placed_on_new_nodes": sum(a.units for a in st.actions if a.kind is ActionKind.LAUNCH),
         "unplaced": sum(st.unplaced.values()), "excluded": sum(inp.excluded.values()),
         "excluded_reasons": dict(sorted(inp.excluded.items())), "pending_after_plan": sum(st.remaining.values()),
         "classes": [d.to_dict() for d in inp.demand[:50]],  # largest first, with up to 20 unit ids each
@@ -89,7 +91,7 @@ def summary(st: PlanState) -> Plan:
                 excluded=tuple({"unit": u, "scheduler": sch, "reason": r} for u, sch, r in inp.exclusions))
 
 
-def pool_summaries(st: PlanState) -> list[dict]:
+def pool_summaries(st: PlanState) -> list[dict[str, Any]]:
     """Per pool: shape, price and score, headroom, our nodes, risk, and the calendar's next drop."""
     inp, now = st.inp, st.now
     nodes = nodes_by_pool(inp)

@@ -17,7 +17,7 @@ even where the runtime reads the simulator's in-process ports inline
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .models import (
     DrainProgress,
@@ -43,6 +43,7 @@ class Clock(Protocol):
 
     def now(self) -> float:
         """Seconds since the epoch (UTC)."""
+        ...
 
 
 class SystemClock:
@@ -75,33 +76,42 @@ class CloudPort(Protocol):
 
     def hosts(self, pools: dict[str, PoolSpec]) -> list[HostCapacity]:
         """Every host of every pool, with capacity, foreign usage and our node count."""
+        ...
 
     def quota(self) -> Quota:
         """What is left of the spot project's quota."""
+        ...
 
     def reservations(self, pools: dict[str, PoolSpec], start: float, end: float) -> list[Reservation]:
         """Committed reservations on pool hosts overlapping [start, end)."""
+        ...
 
     def instances(self) -> list[Instance]:
         """Every instance tagged as ours in this region."""
+        ...
 
     def find_instance(self, action_id: str) -> Instance | None:
         """The instance tagged with this action id, if it exists (idempotency)."""
+        ...
 
     def create_instance(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
         """Start a spot instance tagged with ``action_id`` and return at once, without waiting for the
         cloud's scheduler (rule 2): CapacityError when the cloud refuses it now; a refusal the cloud only
         reaches later shows as an ERROR instance with ``no_room`` in a later ``instances()``."""
+        ...
 
     def advance(self, instance: Instance) -> Instance:
         """Take the one next step of a started instance whose ``step`` is set (no wait); the instance
         as it is afterwards. An instance without a step is returned as it is."""
+        ...
 
     def delete_instance(self, instance_id: str) -> None:
         """Delete an instance; deleting one that is already gone is not an error."""
+        ...
 
     def released(self, instance_id: str) -> bool:
         """True once the instance is gone and its allocations are freed."""
+        ...
 
 
 @runtime_checkable
@@ -116,6 +126,7 @@ class ContractPort(Protocol):
 
     def notices(self) -> list[Notice]:
         """Notices and advisories currently in force."""
+        ...
 
 
 @runtime_checkable
@@ -127,13 +138,14 @@ class ReclaimPort(Protocol):
                 drill_id: str | None = None) -> Reclaim:
         """Reclaim these instances: a hard notice with ``notice_seconds`` of lead, preceded by an
         advisory ``advisory_lead_seconds`` earlier when > 0. One receipt per instance asked for."""
+        ...
 
 
 @runtime_checkable
 class ProviderStatus(Protocol):
     """The provider's own view of its contract terms (a call that answers is evidence it is there)."""
 
-    def status(self) -> dict: ...
+    def status(self) -> dict[str, Any]: ...
 
 
 @runtime_checkable
@@ -146,6 +158,7 @@ class NoticeStream(Protocol):
 
     def poll(self, cursor: str | None, wait: float = 0.0) -> tuple[list[Notice], str]:
         """Notices issued after ``cursor`` (long-polling up to ``wait`` s), and the next cursor."""
+        ...
 
 
 @runtime_checkable
@@ -156,9 +169,11 @@ class SchedulerPort(Protocol):
 
     def pending(self, pools: dict[str, PoolSpec]) -> tuple[list[WorkUnit], list[Exclusion]]:
         """Pending work that more spot nodes would serve, and what was skipped and why."""
+        ...
 
     def usage(self) -> list[NodeUsage]:
         """What runs on each of our nodes that this scheduler knows."""
+        ...
 
     def cordon(self, node: str, reason: str) -> None: ...
 
@@ -168,6 +183,7 @@ class SchedulerPort(Protocol):
         near) delete what still cannot move, with a grace period that fits before ``deadline``.
         Returns what is left; later rounds (later passes, the watcher) continue until the node is
         empty. NotFoundError when this scheduler does not know the node."""
+        ...
 
     def protect(self, node: str, until: float | None, closed: bool = False) -> None:
         """Hold the calendar at run time: no work that would still run at ``until`` may start on the
@@ -175,11 +191,13 @@ class SchedulerPort(Protocol):
         stay off; Kubernetes: the safe-until annotation, and with ``closed`` — the window left is shorter
         than the work that could land — a NoSchedule taint). ``until=None`` lifts it. Idempotent.
         NotFoundError when this scheduler does not know the node."""
+        ...
 
     def resume(self, node: str) -> None: ...
 
     def forget(self, node: str, reason: str) -> None:
         """The node's instance is gone: mark it down / delete the node object."""
+        ...
 
 
 class Simulation(Protocol):
@@ -187,11 +205,13 @@ class Simulation(Protocol):
 
     def advance(self, to: float) -> None: ...
 
-    def report(self) -> dict: ...
+    def report(self) -> dict[str, Any]: ...
 
     def acquire(self, now: float) -> None:
         """The region lock was just taken: bring the world up to its newest saved state, at ``now``;
         changes are saved from here on. Every change to a shared world is made under that lock."""
+        ...
 
     def release(self) -> None:
         """The region lock is about to be released: read-only again (everything is saved already)."""
+        ...

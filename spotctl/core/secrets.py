@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import overload
 
 from .errors import ConfigError
 
@@ -30,7 +31,7 @@ from .errors import ConfigError
 class SecretFile:
     """A secret read from ``path``, re-read when the file changes (see the module doc). Thread-safe."""
 
-    def __init__(self, path: str | os.PathLike, *, setting: str = "secret file", spaces_ok: bool = False):
+    def __init__(self, path: str | os.PathLike[str], *, setting: str = "secret file", spaces_ok: bool = False):
         self.path = Path(path).expanduser()
         self.setting = setting  # for messages: e.g. "regions.lab.slurm.token_file" or "--token-file"
         self.spaces_ok = spaces_ok
@@ -72,3 +73,12 @@ class SecretFile:
                 raise self._fail("holds whitespace inside the token")
             self._seen, self._value = key, value
             return value
+
+
+@overload
+def secret_value(secret: SecretFile | str) -> str: ...
+@overload
+def secret_value(secret: SecretFile | str | None) -> str | None: ...
+def secret_value(secret: SecretFile | str | None) -> str | None:
+    """The secret now: a file's current content (re-read once rotated), or the value given as it is."""
+    return secret.value() if isinstance(secret, SecretFile) else secret

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Any, Protocol
 
 from spotctl.core.audit import walk
 from spotctl.core.errors import UsageError
@@ -97,7 +97,7 @@ def verify(store: Store, service: AuditService | None = None) -> dict:
     chain = walk(store.audit_records())
     first_bad = None if chain.first_bad is None else _bad(chain.first_bad, chain.reason or "")
     local = chain.verified
-    result = {"region": store.region, "ok": first_bad is None, "records": chain.checked, "first_bad": first_bad,
+    result: dict[str, Any] = {"region": store.region, "ok": first_bad is None, "records": chain.checked, "first_bad": first_bad,
               "local_ok": first_bad is None, "service": None}
     if service is not None:
         result["service"] = _against_service(store, service, local if first_bad is None else

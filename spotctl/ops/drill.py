@@ -65,7 +65,7 @@ def load(rt: Runtime, drill_id: str) -> dict:
 
 def _save(rt: Runtime, drill: dict) -> None:
     rt.store.set_value(_key(drill["id"]), json.dumps(drill, sort_keys=True), rt.now())
-    index = json.loads(rt.store.get_value("drill:index", "[]"))
+    index = json.loads(rt.store.get_value("drill:index") or "[]")
     if drill["id"] not in index:
         index.append(drill["id"])
         rt.store.set_value("drill:index", json.dumps(index[-200:]), rt.now())
@@ -73,7 +73,7 @@ def _save(rt: Runtime, drill: dict) -> None:
 
 def drills(rt: Runtime) -> list[dict]:
     out = []
-    for d in json.loads(rt.store.get_value("drill:index", "[]"))[::-1]:
+    for d in json.loads(rt.store.get_value("drill:index") or "[]")[::-1]:
         x = load(rt, d)
         out.append({k: x[k] for k in ("id", "pool", "status", "started_at", "finished_at") if k in x}
                    | {"victims": len(x["victims"])})
@@ -96,6 +96,7 @@ def select(rt: Runtime, pool: str, count: int | None, percent: float | None, not
                         key=lambda n: n.id)
     live = [n for n in rt.store.nodes(live_only=True) if n.pool == pool]
     if count is None:
+        assert percent is not None  # exactly one of them, checked above
         if not 0 < percent <= 100:
             raise UsageError(f"--percent must be in (0, 100], got {percent}")
         count = max(1, math.floor(len(live) * percent / 100))
@@ -168,6 +169,8 @@ def _reclaim(rt: Runtime, instance_ids: list[str], drill: dict) -> tuple[dict[st
     """Call the provider's reclaim API (ReclaimPort, one signature on the simulator and the HTTP
     feed): instance id -> the notice (or advisory, with an advisory lead) it issued, and instance
     id -> why it was not reclaimed."""
+    if not isinstance(rt.contract, ReclaimPort):  # select() refused such a region already
+        raise ConfigError(f"region {rt.region.name!r}: the contract feed offers no reclaim API to drill with")
     rec = rt.contract.reclaim(instance_ids, drill["notice_seconds"], drill["advisory_lead_seconds"], drill["id"])
     out: dict[str, str | None] = {}
     errors: dict[str, str] = {}

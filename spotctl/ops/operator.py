@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from spotctl.core.actions import Action
+from spotctl.core.actions import Action, ActionKind
 from spotctl.core.budget import Priority
 from spotctl.core.capacity import headroom
 from spotctl.core.errors import RefusedError, SpotctlError, UsageError
@@ -66,7 +66,7 @@ def _launch_action(rt: Runtime, pool, count: int) -> tuple[Action, dict]:
     except SpotctlError:  # no price known: the launch is still an operator's call, recorded without one
         rate = None
     price = rate.prices.get(pool.name) if rate else None
-    action = Action(id=_action_id(rt, "launch", pool.name, count), kind="launch", priority=Priority.OPERATOR,
+    action = Action(id=_action_id(rt, "launch", pool.name, count), kind=ActionKind.LAUNCH, priority=Priority.OPERATOR,
                     reason=f"operator launch requested by {rt.actor}", pool=pool.name, count=count, price=price,
                     inputs={"rate_card_version": rate.version if rate else None, "headroom": hr.free,
                             "budget_tokens": facts["tokens_available"]})
@@ -91,7 +91,7 @@ def _drain_action(rt: Runtime, node_id: str, reason: str) -> tuple[Action, dict]
     node = rt.store.node(node_id)  # NotFoundError for an unknown node
     if not drainable(node.state):
         raise RefusedError(f"node {node.id} is {node.state}; only {drainable_states()} nodes can be drained")
-    action = Action(id=_action_id(rt, "drain", node.id), kind="drain", priority=Priority.OPERATOR,
+    action = Action(id=_action_id(rt, "drain", node.id), kind=ActionKind.DRAIN, priority=Priority.OPERATOR,
                     reason=f"operator ({rt.actor}): {reason.strip()}", pool=node.pool, node=node.id,
                     inputs={"requested_by": rt.actor})
     facts = {"node": node.id, "pool": node.pool, "state": str(node.state)}

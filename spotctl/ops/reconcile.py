@@ -14,9 +14,11 @@ from spotctl.core.planner import plan as make_plan
 
 from . import contract
 from .act import Outcome, execute, execute_drains, resume
-from .observe import ObserveBudget, Snapshot, observe, plan_input, sync_nodes
-from .relay import DESTINATIONS, relay as relay_outbox
+from .observe import ObserveBudget, Snapshot, observe, plan_input
+from .relay import DESTINATIONS
+from .relay import relay as relay_outbox
 from .runtime import Runtime, lock_busy
+from .sync import sync_nodes
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +178,7 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str],
             break
         # Fall back to the next pool in the same pass: re-plan with the failure remembered. The re-read
         # draws on what is left of the pass's observe deadline (a source still late: no fallback launch).
-        rt.progress(f"launch failed in {', '.join(failed_pools)}: re-planning without it")
+        rt.progress(f"launch failed in {', '.join(p or '?' for p in failed_pools)}: re-planning without it")
         snap = observe(rt, budget)
         current = make_plan(plan_input(rt, snap, no_notice=no_notice))
         if not any(a.kind == "launch" for a in current.actions):

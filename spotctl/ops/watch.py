@@ -14,8 +14,10 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
-from spotctl.core.actions import Action
+from spotctl.core.actions import Action, ActionKind
 from spotctl.core.budget import Priority
 from spotctl.core.contract import SeenNotice
 from spotctl.core.errors import ConfigError, RefusedError, SpotctlError
@@ -26,8 +28,8 @@ from spotctl.core.ports import NoticeStream
 
 from . import contract
 from .act import Outcome, execute, execute_drains
-from .observe import notice_event
 from .runtime import Runtime
+from .sync import notice_event
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +145,7 @@ def continue_drains(rt: Runtime) -> list[Outcome]:
     try:
         for n in nodes:
             force = forced_round(n.notice_deadline, now)
-            action = Action(id="wc-" + hashlib.sha1(f"{n.id}|{now:.3f}".encode()).hexdigest()[:12], kind="drain",
+            action = Action(id="wc-" + hashlib.sha1(f"{n.id}|{now:.3f}".encode()).hexdigest()[:12], kind=ActionKind.DRAIN,
                             priority=Priority.RECLAIM, reason=f"drain continues (notice {n.notice_id}), by the watcher"
                             + ("; last round before the deadline" if force else ""), pool=n.pool, node=n.id,
                             deadline=n.notice_deadline,
@@ -156,11 +158,11 @@ def continue_drains(rt: Runtime) -> list[Outcome]:
 
 
 def watch(rt: Runtime, *, stop: threading.Event, wait: float = 20.0, max_batches: int | None = None,
-          on_event=None) -> dict:
+          on_event: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
     """Long-poll and handle notices until ``stop`` is set. Returns counters."""
     stream = _stream(rt)
     cursor = rt.store.get_value(CURSOR_KEY)
-    stats = {"batches": 0, "notices": 0, "handled": 0, "errors": 0, "cursor": cursor}
+    stats: dict[str, Any] = {"batches": 0, "notices": 0, "handled": 0, "errors": 0, "cursor": cursor}
     backoff = 1.0
     idle = 0.0  # a feed that answers "nothing new" at once (no long-poll) is asked less and less often
     while not stop.is_set():

@@ -6,6 +6,10 @@ face of it. Capacity follows Placement's arithmetic: a host offers
 (deterministic per host per hour, with a day curve); our spot instances use
 another part; a started reservation (lease start − cleaning) takes the whole
 host.
+
+Over 400 lines because it is one thing: :class:`Fleet` is one state machine
+(hosts, leases, instances and their allocations move together, under one
+capacity arithmetic), and :class:`SimCloud` is its thin port face.
 """
 
 from __future__ import annotations

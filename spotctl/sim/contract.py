@@ -2,7 +2,9 @@
 
 :class:`Provider` holds the notices; :class:`SimContract` is the
 :class:`ContractPort` face of it (plus :meth:`SimContract.reclaim`, the
-provider's reclaim API that drills call).
+provider's reclaim API that drills call). Just over 400 lines because it is
+one thing: the notice life cycle (issue, escalate, expire, deliver) on one set
+of records.
 
 Notices come from two sources:
 
@@ -136,7 +138,7 @@ class Provider:
         self.notices[rec.id] = rec
         self.by_inst.setdefault(inst.id, []).append(rec)
         w.stats["notices_" + kind] += 1
-        if kind == "hard":
+        if kind == "hard" and deadline is not None:
             # An advisory followed by a hard notice stays until the instance is gone.
             for other in self.by_inst[inst.id]:
                 if other.kind == "advisory" and other.expires_at is not None:

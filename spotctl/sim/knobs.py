@@ -9,6 +9,7 @@ that gives the demo region a realistic day; what-if studies change them, e.g.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,7 @@ class Knobs:
     @classmethod
     def from_dict(cls, d: dict) -> "Knobs":
         known = {f.name: f for f in fields(cls)}
-        kw = {}
+        kw: dict[str, Any] = {}
         for k, v in d.items():
             if k in known:
                 kw[k] = tuple(v) if isinstance(v, list) else v

@@ -107,14 +107,14 @@ def build_templates(pools: dict[str, PoolSpec], pod_seconds: int) -> list[Templa
                             _shapes(_min_shape(members), (1, 2, 4), (2, 4), 8), (pod_seconds,)))
 
     # Slurm: jobs for a partition, with no feature or one of the pool's features.
-    jobs: dict[tuple, float] = {}
+    jobs: dict[tuple[str, tuple[str, ...]], float] = {}
     for p in ordered:
         if not p.slurm.partition:
             continue
-        options = [()] + [(f,) for f in p.slurm.features]
+        options: list[tuple[str, ...]] = [()] + [(f,) for f in p.slurm.features]
         for feats in options:
-            key = (p.slurm.partition, feats)
-            jobs[key] = jobs.get(key, 0.0) + 1.0 / len(options)
+            job = (p.slurm.partition, feats)
+            jobs[job] = jobs.get(job, 0.0) + 1.0 / len(options)
     for (partition, feats), weight in jobs.items():
         members = [p for p in ordered if p.slurm.partition == partition and set(feats) <= set(p.slurm.features)]
         out.append(Template(SLURM, weight, "slurm", partition, feats, (), (),

@@ -18,6 +18,11 @@ Inside, timed things (boots, completions, notice deadlines, lease phases,
 releases) are events on a heap, processed in time order; periodic things
 (arrivals, placement, lease and surge planning) run at every step of at most
 ``Knobs.step_seconds``.
+
+Over 400 lines because it is one thing: the event loop and the world's
+persistence (one SQLite file, loaded and saved under the region lock) share the
+clock, the heap and every part; the parts themselves live in ``cloud``,
+``contract``, ``schedulers`` and ``workload``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,51 @@
+"""What carrying out an action leaves behind: its :class:`Outcome` (returned, never raised), its intent
+row committed before the side effect, and its audit record. Shared by ``act`` and ``drain``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotctl.core.actions import Action
+from spotctl.core.models import OutcomeStatus
+
+from .runtime import Runtime
+
+
+@dataclass
+class Outcome:
+    action: str
+    kind: str
+    status: OutcomeStatus
+    detail: str = ""
+    pool: str | None = None
+    node: str | None = None
+    count: int = 0
+    done: int = 0
+    nodes: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)  # e.g. per-scheduler drain acceptance times
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"action": self.action, "kind": self.kind, "status": self.status, "detail": self.detail}
+        if self.data:
+            d.update(self.data)
+        if self.pool:
+            d["pool"] = self.pool
+        if self.node:
+            d["node"] = self.node
+        if self.kind == "launch":
+            d["count"] = self.count
+            d["launched"] = self.done
+            d["nodes"] = self.nodes
+        return d
+
+
+def record_intent(rt: Runtime, action: Action, plan_id: str | None, **kw) -> bool:
+    return rt.store.record_intent(action_id=action.id, plan_id=plan_id, kind=action.kind, priority=action.priority,
+                                  reason=action.reason, actor=rt.actor, at=rt.now(), inputs=action.inputs,
+                                  pool=action.pool, node=action.node, count=action.count, **kw)
+
+
+def audit_action(rt: Runtime, action: Action, target: str, result: str, **extra) -> None:
+    rt.store.audit(actor=rt.actor, action=f"node.{action.kind}", target=target, result=result,
+                   inputs={**action.inputs, "reason": action.reason, "action_id": action.id, **extra}, at=rt.now())
