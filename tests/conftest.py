@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import os
 
+import freezegun
 import pytest
+
+# freeze_time patches every loaded module, reading each attribute; `kubernetes.client` (loaded by the
+# Kubernetes adapter's kubeconfig loader) imports its hundreds of models lazily on attribute access, and
+# its pydantic models cannot be built while datetime is faked: leave the kubernetes client alone.
+freezegun.configure(extend_ignore_list=["kubernetes"])
 
 #: Read once when pytest loads this file, before any test strips the environment.
 REQUIRE_SERVICES = os.environ.get("SPOTCTL_REQUIRE_SERVICES") == "1"

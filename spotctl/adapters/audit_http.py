@@ -22,12 +22,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import ConfigError, SpotctlError, TemporaryError
-from spotctl.core.secrets import SecretFile
+from spotctl.core.secrets import SecretFile, secret_value
 
 from . import _http
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,7 @@ class AuditClient:
         self.batch_size = max(1, min(1000, int(batch_size)))  # records per POST (the service takes <= 1000)
         self.last_error: str | None = None
         self.attempts = 0  # HTTP attempts made (for reports and tests)
-        self._session = None
+        self._session: requests.Session | None = None
 
     def __repr__(self) -> str:  # never shows the token
         return f"AuditClient({self.url!r})"
@@ -99,7 +103,7 @@ class AuditClient:
         """Every stored record (of a region), in the order the service received them."""
         after = 0
         while True:
-            params = {"after": after, "limit": page}
+            params: dict[str, int | str] = {"after": after, "limit": page}
             if region:
                 params["region"] = region
             body = self._request("GET", "/v1/records", params=params)
@@ -113,7 +117,8 @@ class AuditClient:
 
     # -- HTTP, one attempt -----------------------------------------------------------
 
-    def _request(self, method: str, path: str, *, json_body=None, params=None) -> dict:
+    def _request(self, method: str, path: str, *, json_body: object = None,
+                 params: dict[str, int | str] | None = None) -> dict:
         """One HTTP attempt, bounded by ``timeout_seconds``; errors by the rule of ``_http``. No retry loop and
         no sleep (a pass never waits): the rows stay queued and the next pass sends them again (the service
         stores each record once, by its id). ``last_error`` says why the attempt failed."""
@@ -123,7 +128,7 @@ class AuditClient:
             self._session = requests.Session()
         self.attempts += 1
         what = f"audit service {method} {path}"
-        token = self._token.value() if isinstance(self._token, SecretFile) else self._token
+        token = secret_value(self._token)
         try:
             resp = _http.send(self._session, method, self.url + path, what=what, peer=self.url,
                               timeout=self.timeout_seconds, json=json_body, params=params, verify=self.verify,
@@ -141,7 +146,7 @@ class AuditClient:
             raise
 
 
-def _message(resp) -> str:
+def _message(resp: requests.Response) -> str:
     try:
         err = resp.json().get("error", {})
         return f"{err.get('code')}: {err.get('message')}"

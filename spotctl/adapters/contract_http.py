@@ -29,15 +29,19 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from typing import TYPE_CHECKING
 
 from spotctl.core import deadline
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import ConfigError, NotFoundError, UnavailableError
 from spotctl.core.models import Notice, NoticeKind, RateCard, Reclaim, ReclaimReceipt
-from spotctl.core.secrets import SecretFile
+from spotctl.core.secrets import SecretFile, secret_value
 from spotctl.core.timefmt import parse_ts
 
 from . import _http
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,8 @@ class ContractFeed:
     provides_notices = True
     remote = True  # its calls cross the network: a pass reads it in a thread, under its observe deadline
 
-    def __init__(self, url: str, *, token: str | SecretFile | None = None, timeout: float = 10.0, session=None):
+    def __init__(self, url: str, *, token: str | SecretFile | None = None, timeout: float = 10.0,
+                 session: requests.Session | None = None):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"contract url {url!r} must start with http:// or https://")
         self.url = url.rstrip("/")
@@ -116,7 +121,7 @@ class ContractFeed:
     # --- NoticeStream --------------------------------------------------------------------
 
     def poll(self, cursor: str | None, wait: float = 0.0) -> tuple[list[Notice], str]:
-        params: dict = {}
+        params: dict[str, str] = {}
         if cursor:
             params["after"] = cursor
         if wait > 0:
@@ -142,9 +147,9 @@ class ContractFeed:
         body = self._json(self._request("POST", "/v1/reclaims", json=payload, headers=headers, ok=(201, 202)))
         return self._reclaim(body, instance_ids)
 
-    def _reclaim(self, body, asked: list[str]) -> Reclaim:
+    def _reclaim(self, body: object, asked: list[str]) -> Reclaim:
         """A reclaim record checked where it enters: an id, and one receipt per instance asked for."""
-        def bad(why: str):
+        def bad(why: str) -> UnavailableError:
             return UnavailableError(f"contract feed {self.url}: malformed reclaim record: {why}")
 
         if not isinstance(body, dict) or not isinstance(body.get("id"), str) or not body["id"]:
@@ -241,7 +246,7 @@ class ContractFeed:
         return Notice(id=nid, instance_id=iid, kind=_KINDS[kind], issued_at=issued, deadline=deadline,
                       reason=reason, pool=pool, delivered_at=parse_ts(d.get("delivered_at")))
 
-    def _json(self, resp) -> dict:
+    def _json(self, resp: requests.Response) -> dict:
         try:
             return resp.json()
         except ValueError:
@@ -250,7 +255,7 @@ class ContractFeed:
 
     # --- transport ----------------------------------------------------------------------------
 
-    def _sess(self):
+    def _sess(self) -> requests.Session:
         if self._session is None:
             import requests
 
@@ -260,8 +265,8 @@ class ContractFeed:
             self._session = s
         return self._session
 
-    def _auth(self) -> dict:
-        token = self._token.value() if isinstance(self._token, SecretFile) else self._token
+    def _auth(self) -> dict[str, str]:
+        token = secret_value(self._token)
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def close(self) -> None:
@@ -269,8 +274,9 @@ class ContractFeed:
             self._session.close()
             self._session = None
 
-    def _request(self, method: str, path: str, *, params=None, json=None, headers=None, timeout=None,
-                 ok=(200,)):
+    def _request(self, method: str, path: str, *, params: dict[str, str] | None = None, json: object = None,
+                 headers: dict[str, str] | None = None, timeout: float | None = None,
+                 ok: tuple[int, ...] = (200,)) -> requests.Response:
         """One attempt (no retry, no sleep: the next pass asks again); errors by the rule of ``_http``."""
         what = f"contract feed {method} {path}"
         timeout = deadline.bounded(timeout or self.timeout)  # inside a pass's observe: no longer than the time left
@@ -282,7 +288,7 @@ class ContractFeed:
             return resp
         raise self._translate(resp, what)
 
-    def _translate(self, resp, what: str) -> Exception:
+    def _translate(self, resp: requests.Response, what: str) -> Exception:
         code = resp.status_code
         message = ""
         try:

@@ -20,7 +20,11 @@ stable ``transactional.id`` per region when the broker supports them, so that
 a relay killed mid-batch leaves nothing visible to ``read_committed``
 consumers and the next relay fences the dead one. Records are CloudEvents 1.0
 in structured mode (``content-type: application/cloudevents+json``), keyed by
-node id (one node's events stay in one partition, in order). A batch counts as
+node id (one node's events stay in one partition, in order): each value is an
+outbox row as it is stored, the event's structured JSON document built with
+the ``cloudevents`` SDK (``spotctl.state.outbox``), so that a consumer using the
+SDK's Kafka binding (``cloudevents.core.bindings.kafka.from_structured_event``,
+or ``from_kafka_event``, which detects the mode) reads it. A batch counts as
 delivered only when the broker acknowledged all of it (and the transaction
 committed). Consumers must still drop duplicates by CloudEvents ``id``: a crash
 between the broker's acknowledgement and the outbox mark re-sends the batch.
@@ -52,6 +56,7 @@ from spotctl.core.secrets import SecretFile
 
 log = logging.getLogger(__name__)
 
+#: the structured content mode's media type (the SDK's ``JSONFormat.CONTENT_TYPE``), with its charset
 CONTENT_TYPE = b"application/cloudevents+json; charset=UTF-8"
 #: Kafka API keys a transactional producer needs (KIP-98), and the one an idempotent producer needs.
 TXN_APIS = {22: "InitProducerId", 24: "AddPartitionsToTxn", 26: "EndTxn"}

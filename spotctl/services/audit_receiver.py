@@ -22,11 +22,11 @@ taken from the sender, so a record altered on its way is refused.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import sqlite3
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,7 +35,9 @@ from urllib.parse import parse_qs, urlsplit
 from spotctl.core.audit import HASHED_FIELDS, canonical, record_hash
 from spotctl.core.errors import ConfigError, StateError
 from spotctl.core.ports import Clock, SystemClock
-from spotctl.core.secrets import SecretFile
+from spotctl.core.secrets import SecretFile, secret_value
+
+from ._serving import base_url, bearer_matches
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +103,7 @@ class Ledger:
                 raise
         return results
 
-    def _append_one(self, item, now: float) -> dict:
+    def _append_one(self, item: object, now: float) -> dict:
         key = item.get("idempotency_key") if isinstance(item, dict) else None
         rec = item.get("record") if isinstance(item, dict) else None
         if not isinstance(key, str) or not key or not isinstance(rec, dict):
@@ -127,7 +129,8 @@ class Ledger:
         return {**_result(key, "created"), "seq": cur.lastrowid}
 
     def page(self, region: str | None, after: int, limit: int) -> list[dict]:
-        sql, args = "SELECT seq, body, received_at FROM records WHERE seq > ?", [after]
+        sql = "SELECT seq, body, received_at FROM records WHERE seq > ?"
+        args: list[int | str] = [after]
         if region:
             sql, args = sql + " AND region = ?", args + [region]
         with self.lock:
@@ -144,7 +147,7 @@ class Ledger:
         self.conn.close()
 
 
-def _result(key, status: str, message: str | None = None, *, code: str | None = None) -> dict:
+def _result(key: object, status: str, message: str | None = None, *, code: str | None = None) -> dict:
     d: dict = {"idempotency_key": key, "status": status}
     if message:
         d["error"] = {"code": code or status, "message": message}
@@ -155,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: "AuditServer"
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, fmt: str, *args) -> None:  # never log headers (they carry the token)
+    def log_message(self, fmt: str, *args: object) -> None:  # never log headers (they carry the token)
         log.debug("%s %s", self.address_string(), fmt % args)
 
     def _send(self, status: int, body: dict) -> None:
@@ -176,15 +179,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, {"error": {"code": code, "message": message}})
 
     def _authorised(self) -> bool:
-        got = self.headers.get("Authorization", "")
-        scheme, _, token = got.partition(" ")
         try:
-            expected = self.server.token.value() if isinstance(self.server.token, SecretFile) else self.server.token
+            expected = secret_value(self.server.token)
         except ConfigError as e:  # the token file went missing or empty under a running receiver
             log.error("audit receiver: %s", e.message)
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal", "the receiver cannot read its token")
             return False
-        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode()):
+        if bearer_matches(self.headers.get("Authorization", ""), expected):
             return True
         self._error(HTTPStatus.UNAUTHORIZED, "unauthorized", "a valid bearer token is required")
         return False
@@ -250,8 +251,7 @@ class AuditServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return base_url(self)
 
 
 def make_server(db: str | Path, token: str | SecretFile, host: str = "127.0.0.1", port: int = 8470, *,
@@ -267,7 +267,7 @@ def make_server(db: str | Path, token: str | SecretFile, host: str = "127.0.0.1"
 
 
 def serve(db: str | Path, token: str | SecretFile, host: str = "127.0.0.1", port: int = 8470,
-          ready=lambda url: None) -> None:
+          ready: Callable[[str], None] = lambda url: None) -> None:
     """Run the receiver until interrupted."""
     server = make_server(db, token, host, port)
     ready(server.url)

@@ -321,7 +321,8 @@ def _reads(cloud, region) -> dict[str, Callable[[], object]]:
 @pytest.mark.integration
 def test_a_bad_password_is_an_auth_error_on_every_call(lab, tmp_path, monkeypatch):
     """401 from Keystone, met on the first call (the adapter built without logging in first)."""
-    from spotctl.adapters.openstack import OpenStackCloud, _options
+    from spotctl.adapters.openstack import OpenStackCloud
+    from spotctl.adapters.openstack.options import _options
     from tests.integration.test_openstack import _broken_config
 
     env, _, region = lab
@@ -461,7 +462,8 @@ def refusing_cloud(lab, tmp_path, monkeypatch):
 @pytest.mark.integration
 @pytest.mark.parametrize("status", [409, 429, 500, 502, 503, 504])
 def test_rate_limits_and_server_errors_are_temporary(refusing_cloud, status):
-    from spotctl.adapters.openstack import OpenStackCloud, _options
+    from spotctl.adapters.openstack import OpenStackCloud
+    from spotctl.adapters.openstack.options import _options
 
     region, srv = refusing_cloud
     srv.status = status
@@ -480,7 +482,8 @@ def test_rate_limits_and_server_errors_are_temporary(refusing_cloud, status):
 def test_an_unreachable_cloud_is_unavailable(lab, tmp_path, monkeypatch):
     import socket
 
-    from spotctl.adapters.openstack import OpenStackCloud, _options
+    from spotctl.adapters.openstack import OpenStackCloud
+    from spotctl.adapters.openstack.options import _options
 
     env, _, region = lab
     with socket.socket() as s:

@@ -22,15 +22,7 @@ import pytest
 import requests
 from typer.testing import CliRunner
 
-from spotctl.adapters.kubernetes import (
-    Connection,
-    KubernetesScheduler,
-    Settings,
-    Api,
-    in_cluster,
-    load_kubeconfig,
-    _DataFiles,
-)
+from spotctl.adapters.kubernetes import Api, Connection, KubernetesScheduler, Settings, in_cluster, load_kubeconfig
 from spotctl.core.config import load_config
 from spotctl.core.errors import AuthError, ExitCode, NotFoundError, TemporaryError, UnavailableError
 
@@ -478,7 +470,7 @@ def _write_config(tmp_path: Path, base: str, kubeconfig: str) -> str:
     return str(path)
 
 
-def _kubeconfig(tmp_path: Path, server: str, token: str) -> str:
+def _kubeconfig(tmp_path: Path, server: str, token: str, user: dict | None = None) -> str:
     import yaml
 
     path = tmp_path / "kubeconfig"
@@ -486,13 +478,97 @@ def _kubeconfig(tmp_path: Path, server: str, token: str) -> str:
         "apiVersion": "v1", "kind": "Config", "current-context": "spotctl-lab",
         "clusters": [{"name": "lab", "cluster": {"server": server}}],
         "contexts": [{"name": "spotctl-lab", "context": {"cluster": "lab", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": token}}]}))
+        "users": [{"name": "u", "user": user or {"token": token}}]}))
     return str(path)
+
+
+EXEC_API = "client.authentication.k8s.io/v1beta1"
+
+
+def _exec_kubeconfig(tmp_path: Path, server: str, token: str, expires_in: float | None = None) -> str:
+    """A kubeconfig whose user is an exec credential plugin: a shell script that prints an ExecCredential with
+    the token in ``plugin-token`` (rewrite it to rotate the token) and counts its runs in ``plugin-runs``."""
+    from datetime import UTC, timedelta
+
+    (tmp_path / "plugin-token").write_text(token)
+    expiry = ""
+    if expires_in is not None:
+        at = datetime.now(UTC) + timedelta(seconds=expires_in)
+        expiry = f',"expirationTimestamp":"{at:%Y-%m-%dT%H:%M:%SZ}"'
+    script = tmp_path / "plugin.sh"
+    script.write_text(
+        '#!/bin/sh\nd=$(dirname "$0")\necho run >>"$d/plugin-runs"\n'
+        f'printf \'{{"apiVersion":"{EXEC_API}","kind":"ExecCredential","status":{{"token":"%s"{expiry}}}}}\' '
+        '"$(cat "$d/plugin-token")"\n')
+    script.chmod(0o755)
+    return _kubeconfig(tmp_path, server, "", user={"exec": {"apiVersion": EXEC_API, "command": str(script),
+                                                             "interactiveMode": "Never"}})
+
+
+def _plugin_runs(tmp_path: Path) -> int:
+    runs = tmp_path / "plugin-runs"
+    return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+
+def _exec_scheduler(tmp_path: Path, lab_config: str, kubeconfig: str) -> KubernetesScheduler:
+    """The adapter as spotctl builds it, from the `lab` config pointed at ``kubeconfig``."""
+    return KubernetesScheduler.from_config(
+        load_config(env={"SPOTCTL_CONFIG": _write_config(tmp_path, lab_config, kubeconfig)}).region("lab"))
+
+
+def test_an_exec_plugin_kubeconfig_lists_pending_pods_and_runs_the_plugin_once(k8s, a, k8s_env, tmp_path,
+                                                                                lab_config, lab):
+    k8s.pod(a, "p")
+    sched = _exec_scheduler(tmp_path, lab_config, _exec_kubeconfig(tmp_path, k8s.url, k8s_env["K8S_TOKEN"]))
+    assert sched.api.conn.credentials is not None and sched.api.conn.token is None
+    assert [u.id for u in sched.pending(lab.pools)[0]] == [f"pod/{a}/p"]
+    sched.usage()
+    assert _plugin_runs(tmp_path) == 1  # a token without an expiry is kept while the server takes it
+
+
+def test_a_wrong_token_from_the_exec_plugin_is_an_auth_error_and_a_new_one_is_fetched(k8s, a, k8s_env, tmp_path,
+                                                                                       lab_config, lab):
+    k8s.pod(a, "p")
+    sched = _exec_scheduler(tmp_path, lab_config, _exec_kubeconfig(tmp_path, k8s.url, "not-the-token"))
+    with pytest.raises(AuthError) as e:
+        sched.pending(lab.pools)
+    assert e.value.exit_code == ExitCode.AUTH and "refused the credentials" in e.value.message
+    assert "not-the-token" not in e.value.message
+    # the 401 makes the next request run the plugin again: a renewed credential is picked up
+    (tmp_path / "plugin-token").write_text(k8s_env["K8S_TOKEN"])
+    assert [u.id for u in sched.pending(lab.pools)[0]] == [f"pod/{a}/p"]
+    assert _plugin_runs(tmp_path) == 2
+
+
+def test_an_expiring_exec_token_is_renewed_before_requests(k8s, a, k8s_env, tmp_path, lab_config, lab):
+    k8s.pod(a, "p")
+    # expires within the 5 minutes the official loader keeps in hand: the plugin runs before every request
+    sched = _exec_scheduler(tmp_path, lab_config,
+                            _exec_kubeconfig(tmp_path, k8s.url, k8s_env["K8S_TOKEN"], expires_in=60))
+    assert [u.id for u in sched.pending(lab.pools)[0]] == [f"pod/{a}/p"]
+    runs = _plugin_runs(tmp_path)
+    assert runs >= 2  # at load, and again for the request
+    (tmp_path / "plugin-token").write_text("rotated-away")
+    with pytest.raises(AuthError):
+        sched.cordon("any", "x")  # the new (wrong) token was sent, not the one it had
+    assert _plugin_runs(tmp_path) > runs
+    # a plugin that cannot renew the token: an auth error that says why, not the old token sent again
+    (tmp_path / "plugin.sh").write_text("#!/bin/sh\necho 'session expired: log in again' >&2\nexit 1\n")
+    with pytest.raises(AuthError, match="session expired: log in again") as e:
+        sched.pending(lab.pools)
+    assert e.value.exit_code == ExitCode.AUTH
+
+
+def test_a_wrong_exec_token_makes_the_cli_exit_4_without_a_traceback(k8s, lab_config, tmp_path):
+    config = _write_config(tmp_path, lab_config, _exec_kubeconfig(tmp_path, k8s.url, "not-the-token"))
+    code, _, err = spotctl(tmp_path, config, "plan")  # an exception escaping the CLI would fail the test here
+    assert code == ExitCode.AUTH, err
+    assert "not-the-token" not in err
 
 
 def test_kubeconfig_with_an_inline_token_works(k8s, a, k8s_env, tmp_path, lab):
     k8s.pod(a, "p")
-    conn = load_kubeconfig([_kubeconfig(tmp_path, k8s.url, k8s_env["K8S_TOKEN"])], None, _DataFiles())
+    conn = load_kubeconfig([_kubeconfig(tmp_path, k8s.url, k8s_env["K8S_TOKEN"])], None)
     sched = KubernetesScheduler(Api(conn), Settings(namespace=a))
     assert [u.id for u in sched.pending(lab.pools)[0]] == [f"pod/{a}/p"]
 
@@ -563,20 +639,49 @@ def test_kubeconfig_data_fields_named_context_and_relative_paths(tmp_path):
                         {"name": "two", "context": {"cluster": "c2", "user": "u2"}}]}
     path = tmp_path / "config"
     path.write_text(yaml.safe_dump(doc))
-    files = _DataFiles()
-    one = load_kubeconfig([str(path)], None, files)
+    one = load_kubeconfig([str(path)], None)
     assert (one.server, one.ca_file, one.token_file) == ("https://one:6443", str(tmp_path / "ca.pem"),
                                                          str(tmp_path / "tok"))
     assert Api(one)._token() == "file-token"
-    two = load_kubeconfig([str(path)], "two", files)
+    two = load_kubeconfig([str(path)], "two")
     assert Path(two.ca_file).read_bytes() == b"CA2" and Path(two.client_cert).read_bytes() == b"CERT"
     assert oct(os.stat(two.client_key).st_mode & 0o777) == "0o600"
-    doc["users"][0]["user"] = {"exec": {"command": "aws"}}
+    # an exec credential plugin is run (by the official loader) and its token used
+    plugin = tmp_path / "plugin.sh"
+    credential = json.dumps({"apiVersion": EXEC_API, "kind": "ExecCredential", "status": {"token": "exec-token"}})
+    plugin.write_text(f"#!/bin/sh\necho '{credential}'\n")
+    plugin.chmod(0o755)
+    doc["users"][0]["user"] = {"exec": {"apiVersion": EXEC_API, "command": "./plugin.sh"}}  # relative: to the file
     path.write_text(yaml.safe_dump(doc))
+    assert Api(load_kubeconfig([str(path)], None))._token() == "exec-token"
+
+
+def test_kubeconfig_problems_are_one_config_error(tmp_path):
+    import yaml
+
     from spotctl.core.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="exec/auth-provider"):
-        load_kubeconfig([str(path)], None, files)
+    def load(user: dict, context: str | None = None) -> ConfigError:
+        path = Path(_kubeconfig(tmp_path, "https://k8s:6443", "", user=user))
+        with pytest.raises(ConfigError) as e:
+            load_kubeconfig([str(path)], context)
+        assert e.value.exit_code == ExitCode.CONFIG and "\n" not in e.value.message
+        return e.value
+
+    failing = tmp_path / "fail.sh"
+    failing.write_text("#!/bin/sh\necho 'login required: run kubelogin' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    assert "login required" in load({"exec": {"apiVersion": EXEC_API, "command": str(failing)}}).message
+    assert "no-such-plugin" in load({"exec": {"apiVersion": EXEC_API, "command": "no-such-plugin"}}).message
+    assert "no context named 'nope'" in load({"token": "t"}, context="nope").message
+    with pytest.raises(ConfigError, match="no kubeconfig found"):
+        load_kubeconfig([str(tmp_path / "missing")], None)
+    (tmp_path / "bad").write_text("clusters: [unclosed\n")
+    with pytest.raises(ConfigError, match="cannot read kubeconfig"):
+        load_kubeconfig([str(tmp_path / "bad")], None)
+    (tmp_path / "list").write_text(yaml.safe_dump(["not", "a", "mapping"]))
+    with pytest.raises(ConfigError):
+        load_kubeconfig([str(tmp_path / "list")], None)
 
 
 def test_in_cluster_service_account(tmp_path):

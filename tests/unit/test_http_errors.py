@@ -131,7 +131,8 @@ def audit(base: str) -> None:
 
 
 def slurm(base: str) -> None:
-    from spotctl.adapters.slurm import SlurmScheduler, _Token
+    from spotctl.adapters.slurm import SlurmScheduler
+    from spotctl.adapters.slurm.rest import _Token
 
     SlurmScheduler(base, "alice", _Token(source="test", value=_jwt("alice")), scontrol=None,
                    timeout=TIMEOUT).discover()

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from spotctl.adapters.openstack import _networks, _rc, _ts, translate
+from spotctl.adapters.openstack import translate
+from spotctl.adapters.openstack.api import _ts
+from spotctl.adapters.openstack.nova import _networks
+from spotctl.adapters.openstack.placement import _rc
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import (
     AuthError,

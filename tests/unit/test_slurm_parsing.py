@@ -11,18 +11,9 @@ import json
 
 import pytest
 
-from spotctl.adapters.slurm import (
-    SlurmScheduler,
-    _flags,
-    _gpus,
-    _mem_mb,
-    _num,
-    _Token,
-    _error_numbers,
-    array_tasks,
-    expand_hostlist,
-    partition_max_nodes,
-)
+from spotctl.adapters.slurm import SlurmScheduler, array_tasks, expand_hostlist, partition_max_nodes
+from spotctl.adapters.slurm.parsing import _error_numbers, _flags, _gpus, _mem_mb, _num
+from spotctl.adapters.slurm.rest import _Token
 from spotctl.core.errors import AuthError, ConfigError, NotFoundError, TemporaryError, UnavailableError
 from spotctl.core.models import PoolClass, PoolKind, PoolSpec, Shape, SlurmBinding
 from spotctl.core.ports import FixedClock

@@ -1,0 +1,105 @@
+"""A region's open state database: its connection, one write transaction at a time, and the check
+that the file is still the region's.
+
+:class:`StoreBase` is what the parts of the store (outbox, audit, lock, memory, and the ``Store``
+that composes them) build on: ``path``, ``region``, ``conn`` and :meth:`StoreBase.tx`. A write
+transaction is ``BEGIN IMMEDIATE`` (the write lock is taken at its start, where the busy timeout
+waits for it, never half way through); nested calls join the outer one; the file's identity is
+checked before it begins and again before it commits, so a state database deleted or replaced under
+an open store is never written into.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from spotctl.core.errors import StateError
+from spotctl.state.dbfile import identity, sqlite_error
+
+
+class Connection(sqlite3.Connection):
+    """The store's connection: an operational failure (a read-only file, a table gone, a full disk,
+    corruption met while reading) is a StateError naming the file, not a traceback."""
+
+    state_path: Path | None = None
+
+    def _translated(self, call, *args):
+        try:
+            return call(*args)
+        except sqlite3.Error as e:
+            err = sqlite_error(self.state_path, e) if self.state_path is not None else None
+            if err is None:
+                raise
+            raise err from e
+
+    def execute(self, sql, parameters=(), /):
+        return self._translated(super().execute, sql, parameters)
+
+    def executemany(self, sql, seq_of_parameters, /):
+        return self._translated(super().executemany, sql, seq_of_parameters)
+
+
+class StoreBase:
+    """What every part of the store shares: the file, the region, the connection, and :meth:`tx`."""
+
+    def __init__(self, path: Path, region: str, conn: sqlite3.Connection):
+        self.path = path
+        self.region = region
+        self.conn = conn
+        self._lock_fd: int | None = None
+        self._in_tx = False
+        #: True when this open created the database (a new region: nothing recorded before).
+        self.created = False
+        # The file's identity when opened: a file deleted or replaced under an open store is
+        # noticed at the next write transaction instead of writing into a file nobody will read.
+        self._identity = identity(path)
+        self._wal_identity: tuple[int, int] | None = None  # the -wal file SQLite uses for it (see close)
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; nested calls join the outer one."""
+        if self._in_tx:
+            yield self.conn
+            return
+        self.check_identity()
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as e:
+            raise StateError(f"state database {self.path}: {e}") from None
+        self._in_tx = True
+        try:
+            yield self.conn
+            self.check_identity()  # commit-critical: never commit into a file that is no longer the region's
+        except BaseException:
+            self._in_tx = False
+            if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk, an I/O error)
+                with contextlib.suppress(sqlite3.Error, StateError):
+                    self.conn.execute("ROLLBACK")
+            raise
+        else:
+            self._in_tx = False
+            self.conn.execute("COMMIT")
+
+    def check_identity(self) -> None:
+        """Stop (StateError) when the database file was deleted or replaced since it was opened: writing on
+        would go into a file nobody reads again, and everything recorded from then on would be lost."""
+        if self._identity is None:
+            return
+        now = identity(self.path)
+        if now != self._identity:
+            raise StateError(
+                f"state database {self.path} was deleted or replaced while spotctl had it open",
+                hint="nothing more was written to it; what this command recorded before is not in the file "
+                     "now at that path (SQLite's log of the old file is kept beside it as *-wal.orphaned-*): find "
+                     "out what removed or replaced it, restore a backup if needed, and run the command again",
+                details={"path": str(self.path), "deleted": now is None})
+
+
+def inserted(cur: sqlite3.Cursor) -> int:
+    """The rowid of the row an ``INSERT`` just made (the driver types it ``int | None``)."""
+    if cur.lastrowid is None:
+        raise StateError("the state database did not report the row it inserted")
+    return cur.lastrowid

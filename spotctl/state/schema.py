@@ -1,0 +1,261 @@
+"""The state database's schema: the versioned migrations, how a new database is made whole, and the
+checks an existing one passes before it is used (integrity, version, every table and column, the
+enumerated values), all on a connection handed in: :meth:`spotctl.state.store.Store.open` runs them.
+
+Migrations are plain SQL, one script per version, each applied in its own ``BEGIN IMMEDIATE``
+transaction with ``PRAGMA user_version``: a crash leaves the file at the last version that committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sqlite3
+import uuid
+from pathlib import Path
+
+from spotctl.core.budget import Priority
+from spotctl.core.errors import StateError
+from spotctl.core.models import NodeState
+from spotctl.state.dbfile import RESTORE, bad_value, clip, open_error, read_only_error, sqlite_error, writable_dir
+
+SCHEMA_VERSION = 4
+
+MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE nodes (
+        id TEXT PRIMARY KEY, pool TEXT NOT NULL, state TEXT NOT NULL, action_id TEXT NOT NULL UNIQUE,
+        instance_id TEXT, host TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+        reason TEXT NOT NULL DEFAULT '', cordoned INTEGER NOT NULL DEFAULT 0, idle_since REAL,
+        notice_deadline REAL, notice_id TEXT, price REAL NOT NULL DEFAULT 0
+    );
+    CREATE INDEX nodes_state ON nodes(state);
+    CREATE TABLE transitions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, node_id TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
+        at REAL NOT NULL, reason TEXT NOT NULL, actor TEXT NOT NULL
+    );
+    CREATE INDEX transitions_node ON transitions(node_id);
+    CREATE TABLE actions (
+        id TEXT PRIMARY KEY, plan_id TEXT, kind TEXT NOT NULL, pool TEXT, node TEXT, count INTEGER,
+        priority TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL, actor TEXT NOT NULL,
+        created_at REAL NOT NULL, updated_at REAL NOT NULL, result TEXT, inputs TEXT NOT NULL
+    );
+    CREATE INDEX actions_status ON actions(status);
+    CREATE TABLE plans (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, plan_id TEXT NOT NULL, at REAL NOT NULL, actor TEXT NOT NULL,
+        executed INTEGER NOT NULL, summary TEXT NOT NULL, input BLOB NOT NULL
+    );
+    CREATE TABLE budget (
+        region TEXT PRIMARY KEY, rate REAL NOT NULL, burst INTEGER NOT NULL, tokens REAL NOT NULL, at REAL NOT NULL,
+        used_total INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE pool_failures (pool TEXT PRIMARY KEY, until REAL NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL);
+    CREATE TABLE reclaims (id INTEGER PRIMARY KEY AUTOINCREMENT, pool TEXT NOT NULL, node_id TEXT NOT NULL,
+        at REAL NOT NULL, kind TEXT NOT NULL);
+    CREATE TABLE notices (
+        id TEXT PRIMARY KEY, node_id TEXT, instance_id TEXT NOT NULL, kind TEXT NOT NULL, issued_at REAL NOT NULL,
+        deadline REAL, first_seen_at REAL NOT NULL, handled_at REAL, reason TEXT NOT NULL DEFAULT ''
+    );
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, key TEXT NOT NULL, payload TEXT NOT NULL,
+        created_at REAL NOT NULL, delivered_at REAL
+    );
+    CREATE INDEX outbox_pending ON outbox(kind, delivered_at);
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, at REAL NOT NULL, actor TEXT NOT NULL,
+        action TEXT NOT NULL, target TEXT NOT NULL, result TEXT NOT NULL, inputs TEXT NOT NULL,
+        prev_hash TEXT NOT NULL, hash TEXT NOT NULL
+    );
+    CREATE TABLE passes (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, started_at REAL NOT NULL, finished_at REAL, actor TEXT NOT NULL,
+        status TEXT NOT NULL, summary TEXT NOT NULL DEFAULT '{}'
+    );
+    """,
+    2: """
+    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL);
+    """,
+    3: """
+    ALTER TABLE notices ADD COLUMN delivered_at REAL;
+    ALTER TABLE notices ADD COLUMN pool TEXT;
+    CREATE INDEX notices_seen ON notices(first_seen_at);
+    """,
+    4: """
+    ALTER TABLE nodes ADD COLUMN protected_until REAL;
+    ALTER TABLE nodes ADD COLUMN protect_closed INTEGER NOT NULL DEFAULT 0;
+    """,
+}
+
+def statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+NODE_STATES = {s.value: s for s in NodeState}
+
+
+_EXPECTED: dict[str, set[str]] = {}
+
+
+def expected_schema() -> dict[str, set[str]]:
+    """Table -> columns, as the migrations make them (built once, in memory)."""
+    if not _EXPECTED:
+        c = sqlite3.connect(":memory:")
+        for v in range(1, SCHEMA_VERSION + 1):
+            for stmt in statements(MIGRATIONS[v]):
+                c.execute(stmt)
+        _EXPECTED.update(schema_of(c))
+        c.close()
+    return _EXPECTED
+
+
+def schema_of(conn: sqlite3.Connection) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for table, column in conn.execute("SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p "
+                                      "WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'"):
+        out.setdefault(table, set()).add(column)
+    return out
+
+
+def create(path: Path) -> bool:
+    """Make a new, fully migrated state database at ``path``; False if another process made it first."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise StateError(f"cannot create state directory {path.parent}: it is read-only ({e.strerror})",
+                             hint="point --state-dir (or state_dir) at a writable directory") from None
+        raise StateError(f"cannot create state directory {path.parent}: {e.strerror}") from None
+    leftovers = [f for f in (Path(f"{path}-wal"), Path(f"{path}-shm")) if os.path.lexists(f)]
+    if leftovers:
+        if os.path.lexists(path):
+            return False  # another process created the database (and opened it) since we looked
+        wal = Path(f"{path}-wal")
+        size = wal.stat().st_size if wal.exists() else 0
+        raise StateError(
+            f"state database {path} is missing but its SQLite side files are still there "
+            f"({', '.join(f.name for f in leftovers)}{f', {size} bytes of log' if size else ''}): it was "
+            "deleted while in use or after a crash, and a new database would replay that log",
+            hint=f"nothing was changed; restore {path.name} from a backup, or, to start the region afresh, "
+                 f"move {' and '.join(f.name for f in leftovers)} away too",
+            details={"path": str(path), "leftovers": [str(f) for f in leftovers]})
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        conn = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            migrate(conn, tmp)
+        finally:
+            conn.close()
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            if os.path.lexists(path):  # no hard links here: rename, unless another process won
+                return False
+            os.rename(tmp, path)
+            return True
+    except sqlite3.DatabaseError as e:
+        raise open_error(path, e) from None
+    except OSError as e:
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) or not writable_dir(path.parent):
+            raise read_only_error(path) from None
+        raise StateError(f"cannot create state database {path}: {e.strerror}") from None
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+def preflight(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version, refusing a newer one and a foreign SQLite file (reads only)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StateError(
+            f"state database {path} has schema version {version}, newer than this spotctl "
+            f"understands ({SCHEMA_VERSION})", hint="upgrade spotctl")
+    if version == 0:
+        foreign = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        if foreign:
+            raise StateError(
+                f"state database {path} is not a spotctl state database (it holds tables "
+                f"{', '.join(clip(t, 40) for t in foreign[:5])} but no spotctl schema version)",
+                hint="nothing was changed; point --state-dir elsewhere or move the file away",
+                details={"path": str(path)})
+    return version
+
+def precheck(path: Path) -> None:
+    """Every read-only check of :meth:`Store.open` — integrity, version, schema, enumerated values — on an
+    immutable, read-only connection: it creates no -wal or -shm file and takes no lock, so a refused
+    file is left exactly as it was, with nothing beside it. Only for a file without a write-ahead log
+    (one with a log must be read through it)."""
+    from urllib.parse import quote
+
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1", uri=True,
+                               check_same_thread=False)
+    except sqlite3.DatabaseError as e:
+        raise open_error(path, e) from None
+    try:
+        check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(check)
+        if preflight(conn, path) == SCHEMA_VERSION:
+            check_schema(conn, path)
+    except sqlite3.DatabaseError as e:
+        raise open_error(path, e) from None
+    finally:
+        conn.close()
+
+def migrate(conn: sqlite3.Connection, path: Path) -> None:
+    try:
+        version = preflight(conn, path)
+        for v in range(version + 1, SCHEMA_VERSION + 1):
+            conn.execute("BEGIN IMMEDIATE")
+            for stmt in statements(MIGRATIONS[v]):
+                conn.execute(stmt)
+            conn.execute(f"PRAGMA user_version={v}")
+            conn.execute("COMMIT")
+    except sqlite3.DatabaseError as e:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        err = sqlite_error(path, e)
+        if err is not None and "read-only" in err.message:
+            raise err from None
+        raise StateError(f"state database {path} could not be migrated: {e}",
+                         hint="nothing was changed") from None
+
+def check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Every table and column the migrations make must be there: a table dropped by hand is corruption,
+    reported at open (exit 9), not a traceback in the middle of a pass."""
+    try:
+        have = schema_of(conn)
+    except sqlite3.DatabaseError as e:
+        raise open_error(path, e) from None
+    problems = []
+    for table, cols in sorted(expected_schema().items()):
+        if table not in have:
+            problems.append(f"table {table!r} is missing")
+        elif cols - have[table]:
+            problems.append(f"table {table!r} lacks column(s) {', '.join(sorted(cols - have[table]))}")
+    if problems:
+        raise StateError(f"state database {path} is damaged: {'; '.join(problems[:4])}"
+                         + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""),
+                         hint=RESTORE, details={"path": str(path), "problems": problems})
+    # the enumerated columns, checked once here (both are indexed or small): a pass never starts on a
+    # row it would fail to read half way through
+    states = tuple(NODE_STATES)
+    r = conn.execute(f"SELECT id, state FROM nodes WHERE state NOT IN ({','.join('?' * len(states))}) "
+                     "OR typeof(state) != 'text' LIMIT 1", states).fetchone()
+    if r is not None:
+        raise bad_value(path, "nodes", r[0], "state", r[1], known=NODE_STATES)
+    prios = tuple(m.lower() for m in Priority.__members__)
+    r = conn.execute(f"SELECT id, priority FROM actions WHERE status = 'intended' AND "
+                     f"(priority NOT IN ({','.join('?' * len(prios))}) OR typeof(priority) != 'text') "
+                     "LIMIT 1", prios).fetchone()
+    if r is not None:
+        raise bad_value(path, "actions", r[0], "priority", r[1], known=prios)
+
