@@ -2,45 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 if TYPE_CHECKING:  # imported where they are built, so that --help stays fast
     from spotctl.core.config import Config
     from spotctl.ops.runtime import Runtime
-
-
-class LibraryFormatter(logging.Formatter):
-    """``spotctl: LEVEL: message``; a library's own line names the library (``spotctl: warning: kafka: …``)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        msg = record.getMessage()
-        top = record.name.split(".", 1)[0]
-        if top not in ("spotctl", "root", "spot-reconciler"):
-            msg = f"{top}: {msg}"
-        return f"spotctl: {record.levelname.lower()}: {msg}"
-
-
-class StderrHandler(logging.StreamHandler):
-    """A handler that writes to whatever ``sys.stderr`` is when a record comes, not the stream it was
-    made with (an in-process run, a test's captured stderr, a stream replaced since)."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: object) -> None:
-        pass
 
 
 @dataclass
@@ -60,6 +32,10 @@ class AppState:
     def setup_logging(self, configured: str | None = None) -> None:
         """Logging, set up once per process at the entry point: stderr, with a prefix. The level is
         -v/-vv/--debug/-q when given, else the configured ``log_level`` (SPOTCTL_LOG_LEVEL)."""
+        import logging
+
+        from .logs import LibraryFormatter, StderrHandler
+
         if self.debug or self.verbosity >= 2:
             level = logging.DEBUG
         elif self.verbosity == 1:
