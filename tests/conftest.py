@@ -22,7 +22,8 @@ freezegun.configure(extend_ignore_list=["kubernetes"])
 REQUIRE_SERVICES = os.environ.get("SPOTCTL_REQUIRE_SERVICES") == "1"
 
 #: Harness variables, not spotctl settings: never stripped from a test's environment.
-HARNESS_VARS = ("SPOTCTL_REQUIRE_SERVICES", "SPOTCTL_KAFKA_PORT", "SPOTCTL_K8S_PORT")
+HARNESS_VARS = ("SPOTCTL_REQUIRE_SERVICES", "SPOTCTL_KAFKA_PORT", "SPOTCTL_K8S_PORT",
+                "SPOTCTL_UPDATE_GOLDEN")  # tests/cli/goldens.py: rewrite the golden files
 HARNESS_PREFIXES = ("SPOTCTL_TESTENV_",)
 
 

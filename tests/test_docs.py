@@ -1,4 +1,4 @@
-"""Docs tested like the code.
+"""Docs tested like the code (one file, because it is one thing: the docs say what the code does).
 
 - Generated artefacts never drift: man pages, completions and the README command reference.
 - Every key of the config schema (``spotctl.core.config.SCHEMA``) has a row in the reference of
@@ -6,7 +6,9 @@
   (and the default the typed view gives it, where one exists); no row documents a key the schema
   does not have.
 - ``docs/architecture.md`` mentions every package under ``spotctl/`` and ``reconciler/``, and every
-  module or path named in the docs exists.
+  module or path named in the docs exists; every link between the docs resolves, to a heading too.
+- ``docs/wire-your-region.md`` is tested in ``tests/test_docs_wire_guide.py`` (its commands, its
+  config, its RBAC manifest).
 
 ``python tests/test_docs.py`` prints the reference rows that are missing or whose type column is
 wrong, ready to paste (the "what it does" column is for a person to write).
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "operator-guide.md"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 README = ROOT / "README.md"
+WIRE = ROOT / "docs" / "wire-your-region.md"
 CODE_ROOTS = ("spotctl", "reconciler")
 
 
@@ -270,6 +273,52 @@ def test_operator_guide_defaults_match_the_typed_config():
     assert not wrong, "defaults in docs/operator-guide.md differ from spotctl/core/config.py:\n" + "\n".join(wrong)
 
 
+def code_defaults() -> dict[tuple[str, ...], object]:
+    """The defaults ``spotctl config show`` prints for the keys of a region's tables, by schema path."""
+    from spotctl.core.config import POOL_DEFAULTS, REGION_DEFAULTS
+    from spotctl.core.config_schema import SECTION_DEFAULTS
+
+    out: dict[tuple[str, ...], object] = {("regions", "*", k): v for k, v in REGION_DEFAULTS.items()}
+    out |= {("regions", "*", "pools", "*", k): v for k, v in POOL_DEFAULTS.items()}
+    for name, values in SECTION_DEFAULTS.items():
+        parts = tuple(name.split("."))
+        table = ("regions", "*") + (parts + ("*",) if len(parts) > 1 else parts)
+        out |= {table + (k,): v for k, v in values.items()}
+    return out
+
+
+#: Keys whose default the guide writes as what decides it at run time, not as a value.
+RUN_TIME_DEFAULTS = {"cloud": "$OS_CLOUD", "actor": "USER@HOST", "kubeconfig": "$KUBECONFIG", "topic": "<region>",
+                     "client_id": "<region>", "transactional_id": "<client_id>"}
+
+
+def _documented_default(cell: str) -> object:
+    """The value a default cell names: its first backticked TOML value (or word), None for none/unset/—."""
+    m = re.search(r"`([^`]+)`", cell)
+    if not m or re.match(r"(none|unset|—)", cell, re.I):
+        return None
+    try:
+        return tomllib.loads(f"v = {m.group(1)}")["v"]
+    except tomllib.TOMLDecodeError:
+        return m.group(1)  # a path or a word: /var/run/secrets/..., PLAINTEXT
+
+
+def test_operator_guide_defaults_match_what_config_show_prints():
+    """Pools, regions and the adapter tables: the guide's default column is what the code applies."""
+    want, docs = code_defaults(), documented()
+    wrong = []
+    for path, cells in docs.items():
+        if len(path) < 3 or path[:2] != ("regions", "*") or path[2] in ("policy", "budget"):
+            continue
+        said, code = _documented_default(cells[1]), want.get(path)
+        if isinstance(said, str) and path[-1] in RUN_TIME_DEFAULTS and RUN_TIME_DEFAULTS[path[-1]] in cells[1]:
+            continue
+        if said != code:
+            wrong.append(f"{_where(path)}: the guide says {cells[1]!r}, the code {code!r}")
+    assert not wrong, ("defaults in docs/operator-guide.md differ from spotctl/core/config.py and "
+                       "SECTION_DEFAULTS in spotctl/core/config_schema.py:\n" + "\n".join(wrong))
+
+
 def test_operator_guide_names_every_environment_variable():
     from spotctl.core.config import ENV_KEYS
 
@@ -347,11 +396,52 @@ def test_architecture_mentions_every_package():
 
 def test_docs_name_only_modules_and_paths_that_exist():
     bad = []
-    for doc in (ARCHITECTURE, GUIDE, README):
+    for doc in (ARCHITECTURE, GUIDE, README, WIRE):
         paths, dotted = named_in(doc.read_text())
         bad += [f"{doc.relative_to(ROOT)}: {p}" for p in paths if not path_exists(p)]
         bad += [f"{doc.relative_to(ROOT)}: {d}" for d in dotted if not resolves(d)]
     assert not bad, f"the docs name modules or files that do not exist: {bad}"
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(doc: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+    return {slug(m.group(2)) for m in map(_HEADING.match, text.splitlines()) if m}
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+#: Documents that live outside this repository and must not be cited (the design lives in the docs here).
+_CITABLE = re.compile(r"(?<![\w/.-])([\w-]+\.md)\b")
+
+
+def test_links_between_the_docs_resolve():
+    docs = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    bad = []
+    for doc in docs:
+        for target in _LINK.findall(re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            file, _, anchor = target.partition("#")
+            dest = (doc.parent / file).resolve() if file else doc
+            if not dest.exists():
+                bad.append(f"{doc.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                bad.append(f"{doc.relative_to(ROOT)}: {target} (no such heading in {dest.name})")
+    assert not bad, f"broken links in the docs: {bad}"
+
+
+def test_docs_cite_only_documents_in_the_repository():
+    """A `NAME.md` the docs, the API documents or the units cite exists here (DESIGN.md does not)."""
+    known = {p.name for p in ROOT.rglob("*.md") if ".venv" not in p.parts and "node_modules" not in p.parts}
+    sources = [README, *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "docs").rglob("*.yaml")),
+               *sorted((ROOT / "contrib").rglob("*.service"))]
+    bad = [f"{p.relative_to(ROOT)}: {name}" for p in sources for name in _CITABLE.findall(p.read_text())
+           if name not in known]
+    assert not bad, f"the docs cite documents that are not in the repository: {bad}"
 
 
 def test_the_checks_catch_what_they_should():
@@ -364,6 +454,9 @@ def test_the_checks_catch_what_they_should():
     assert named_in("see `spotctl/foo.py` and spotctl.foo, not spotctl.io/reclaim nor io.spotctl.node") == (
         ["spotctl/foo.py"], ["spotctl.foo"])
     assert "spotctl/services/" in packages() and "reconciler/" in packages()
+    assert slug("`[regions.R.kafka]` — lifecycle events") == "regionsrkafka--lifecycle-events"
+    assert "configuration-reference" in anchors(GUIDE)
+    assert _CITABLE.findall("Contract terms (DESIGN.md §3), see docs/operator-guide.md") == ["DESIGN.md"]
 
 
 def missing_rows() -> str:

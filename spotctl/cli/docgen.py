@@ -74,11 +74,16 @@ def _help(cmd) -> str:
     return (cmd.help or "").strip()
 
 
+def _summary(text: str) -> str:
+    """A command's summary: its help's first paragraph, whole (a sentence that wraps is not cut)."""
+    return " ".join(text.split("\n\n", 1)[0].split()) if text else ""
+
+
 def man_page(path: tuple[str, ...] | None, cmd) -> str:
     title = "-".join((PROG,) + (path or ()))
     name_line = f"{' '.join((PROG,) + (path or ()))}"
     text = _help(cmd)
-    summary = text.splitlines()[0] if text else ""
+    summary = _summary(text)
     lines = [
         f'.TH "{title.upper()}" "1" "{MAN_DATE}" "spotctl {__version__}" "spotctl manual"',
         ".SH NAME",
@@ -101,7 +106,7 @@ def man_page(path: tuple[str, ...] | None, cmd) -> str:
         lines.append(".SH COMMANDS")
         for sub, c in commands():
             lines += [".TP", f"\\fB{_esc(' '.join((PROG,) + sub))}\\fR",
-                      _esc((_help(c).splitlines() or [''])[0]) + f" See \\fB{_esc('-'.join((PROG,) + sub))}\\fR(1)."]
+                      _esc(_summary(_help(c))) + f" See \\fB{_esc('-'.join((PROG,) + sub))}\\fR(1)."]
     lines.append(".SH EXIT STATUS")
     for code, meaning in EXIT_CODE_HELP.items():
         lines += [".TP", f"\\fB{int(code)}\\fR", _esc(meaning)]
@@ -133,7 +138,7 @@ def readme_reference() -> str:
         usage = " ".join((PROG,) + path)
         args = " ".join(p.name.upper() for p in _params(cmd) if _is_arg(p))
         text = _help(cmd)
-        summary = text.splitlines()[0] if text else ""
+        summary = _summary(text)
         example = next((ln.strip()[len("Example:"):].strip() for ln in text.splitlines() if ln.strip().startswith("Example:")), "")
         opts = [f"`{', '.join(p.opts)}`" for p in _params(cmd) if not _is_arg(p)]
         parts.append(f"- **`{usage}{(' ' + args) if args else ''}`** — {summary}"

@@ -10,7 +10,7 @@ from spotctl.core.errors import ExitCode
 
 from . import render
 from .context import state
-from .options import MAX_REASON, name, text
+from .options import MAX_REASON, complete_node, name, text
 from .waiting import WAIT_DEFAULT, wait_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)
@@ -19,7 +19,8 @@ app = typer.Typer(rich_markup_mode=None, add_completion=False)
 @app.command()
 def drain(
     ctx: typer.Context,
-    node: Annotated[str, typer.Argument(callback=name, help="Node id (see `spotctl status`).")],
+    node: Annotated[str, typer.Argument(
+        callback=name, autocompletion=complete_node, help="Node id (see `spotctl status`).")],
     reason: Annotated[str, typer.Option(
         "--reason", callback=text(MAX_REASON),
         help=f"Why: recorded in the audit log and shown to schedulers (at most {MAX_REASON} characters).")],

@@ -10,6 +10,7 @@ from spotctl.core.errors import ExitCode
 
 from . import render
 from .context import state
+from .options import complete_pool
 from .waiting import WAIT_DEFAULT, wait_option
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)
@@ -18,7 +19,8 @@ app = typer.Typer(rich_markup_mode=None, add_completion=False)
 @app.command()
 def launch(
     ctx: typer.Context,
-    pool: Annotated[str, typer.Option("--pool", "-p", help="Pool to launch in (see `spotctl status`).")],
+    pool: Annotated[str, typer.Option(
+        "--pool", "-p", autocompletion=complete_pool, help="Pool to launch in (see `spotctl status`).")],
     count: Annotated[int, typer.Option("--count", "-n", min=1, max=500, help="Number of nodes (1-500).")] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check headroom, limits and budget; launch nothing.")] = False,
     wait: Annotated[float, wait_option()] = WAIT_DEFAULT,

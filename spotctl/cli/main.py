@@ -8,7 +8,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 if TYPE_CHECKING:
     from typer import _click as click
@@ -36,6 +36,17 @@ With no configuration, spotctl uses the built-in demo region (a simulated
 cloud, provider and schedulers): try `spotctl plan`, then `spotctl reconcile`.
 
 Output: a table on a terminal, JSON otherwise; -o json|yaml|table to choose.
+
+Verbosity, on stderr (stdout carries the result only): by default, progress
+lines and warnings; -v adds info records (what each source returned, with
+counts and times; each phase of the pass and its time; the plan's actions by
+kind); -vv or --debug adds debug records (each planned action; the libraries'
+own debug lines, such as the HTTP requests of the real adapters); -q leaves
+errors only.
+
+The global options (-o, -r/--region, -v, -q, --debug, --config, --state-dir)
+work after the command too: spotctl status -o json -v.
+
 Exit codes: 0 ok, 1 unexpected, 2 usage, 3 config, 4 auth, 5 not found,
 6 refused, 7 partial, 8 backend unavailable, 9 state database, 10 output not writable,
 130 interrupted, 141 reader gone (broken pipe), 143 terminated (SIGTERM).
@@ -50,6 +61,36 @@ class OutputFormat(str, Enum):
 
 GLOBAL_VALUE_OPTS = {"-o", "--output", "-r", "--region", "--config", "--state-dir"}
 GLOBAL_FLAG_OPTS = {"-v", "--verbose", "-q", "--quiet", "--debug"}
+
+
+#: The last lines of every sub-command's --help (set in one place, SpotctlGroup.get_command).
+GLOBAL_EPILOG = ("Global options work after the command too: -o/--output, -r/--region, -v/-vv, -q, --debug, "
+                 "--config, --state-dir (see `spotctl --help`).")
+
+
+class UsageArgument(TyperArgument):
+    """An argument as usage lines and man pages write it: ``NODE``, ``[NODE]`` when optional (Typer's
+    own usage line writes a required one as ``{node}``, which reads as a literal or a set)."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw
+        if not self.required:
+            name = f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+
+def settle_help(cmd: click.Command) -> None:
+    """What every sub-command's help shows, in one place: the epilog on the global options, and its
+    arguments by their upper-case name (the metavar; the man pages use the same)."""
+    if GLOBAL_EPILOG not in (cmd.epilog or ""):  # after a command's own epilog, when it has one
+        cmd.epilog = f"{cmd.epilog}\n\n{GLOBAL_EPILOG}" if cmd.epilog else GLOBAL_EPILOG
+    for p in cmd.params:
+        if type(p) is TyperArgument:
+            if p.metavar is None:
+                p.metavar = (p.name or "arg").upper()
+            p.__class__ = UsageArgument
+    for sub in getattr(cmd, "commands", {}).values():
+        settle_help(sub)
 
 
 def _value_opts(cmd) -> set[str]:
@@ -143,6 +184,7 @@ class SpotctlGroup(TyperGroup):
         module, attr = COMMANDS[name]
         cmd = typer.main.get_command(getattr(importlib.import_module(f"spotctl.cli.{module}"), attr))
         cmd.name = name
+        settle_help(cmd)
         return cmd
 
     def parse_args(self, ctx, args):
@@ -244,9 +286,11 @@ def main(
     region: Annotated[Optional[str], typer.Option(
         "--region", "-r", help="Region to act on (default: the config's default_region, else 'demo').",
         envvar="SPOTCTL_REGION", show_envvar=True)] = None,
-    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More log output on stderr (-vv for debug).")] = 0,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress or warnings on stderr.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs on errors.")] = False,
+    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help=(
+        "More on stderr: -v info (what each source returned, the pass's phases and times), "
+        "-vv debug (each planned action, the libraries' debug lines)."), show_default=False)] = 0,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Errors only on stderr: no progress, no warnings.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="The debug log (as -vv), and the traceback of any error.")] = False,
     config: Annotated[Optional[str], typer.Option(
         "--config", help="Config file to use instead of the user file (same as SPOTCTL_CONFIG).",
         show_default=False)] = None,
@@ -255,6 +299,9 @@ def main(
         show_default=False)] = None,
 ) -> None:
     # Logging is set up when a command does real work (AppState.config), so --help stays fast.
+    source = ctx.get_parameter_source("region")  # typer bundles its own click: compare the name
+    if getattr(source, "name", None) == "ENVIRONMENT":
+        region = None  # SPOTCTL_REGION, not a flag: the config loader reads it as the environment layer
     ctx.obj = AppState(output=output.value if output else None, region=region, verbosity=verbose, quiet=quiet, debug=debug,
                        config_path=config, state_dir=state_dir)
 

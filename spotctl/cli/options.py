@@ -2,7 +2,10 @@
 
 Typer's own ``min``/``max`` cover integers; these cover what it does not (NaN and infinity pass a float
 range, a URL or a host is just a string to it). Each raises ``typer.BadParameter``, which the error site
-turns into one ``spotctl: error: --opt …`` line and exit 2."""
+turns into one ``spotctl: error: --opt …`` line and exit 2.
+
+Also the shell completion of option values and arguments (:func:`complete_pool`, :func:`complete_node`),
+given to ``typer.Option``/``typer.Argument`` as ``autocompletion=``."""
 
 from __future__ import annotations
 
@@ -100,3 +103,83 @@ def cut(value: object, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters: what an error echoes of a user's input."""
     r = repr(value)
     return r if len(r) <= limit else r[: limit - 1] + "…'"
+
+
+# -- shell completion -------------------------------------------------------------------------------------
+# Called by the shell on each Tab (``_SPOTCTL_COMPLETE=complete_bash``, see completions/): they read the config
+# and, for node ids, the region's state database read-only — no network, no region lock, no simulated world,
+# nothing created — and print nothing: any error (no config, no database yet, a locked or damaged file) gives
+# no candidates. Typer passes the click context, whose root holds the global options parsed so far
+# (``spotctl -r lab drain <Tab>`` completes lab's nodes).
+
+Candidates = list[tuple[str, str]]  # (value, help: shown by zsh and fish)
+
+
+def _quietly(read: Callable[[typer.Context], Candidates], ctx: typer.Context) -> Candidates:
+    import contextlib
+    import io
+    import logging
+
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return read(ctx)
+    except Exception:  # a completion never fails, and never says why on the user's prompt
+        return []
+    finally:
+        logging.disable(before)
+
+
+def _region(ctx: typer.Context):
+    """The config and region the command would use, from the global options given so far."""
+    import os
+
+    from spotctl.core.config import load_config
+
+    opts = ctx.find_root().params
+    env = dict(os.environ)
+    if opts.get("config"):
+        env["SPOTCTL_CONFIG"] = opts["config"]
+    config = load_config(env=env, host=True, flags={"default_region": opts.get("region"),
+                                                    "state_dir": opts.get("state_dir")})
+    return config, config.region(opts.get("region"))
+
+
+def _pools(ctx: typer.Context) -> Candidates:
+    from .fmt import shape_of
+
+    _, region = _region(ctx)
+    return [(name, f"{p.kind.value}, {p.pool_class.value}, {shape_of(p.shape)}, az {p.az}")
+            for name, p in sorted(region.pools.items())]
+
+
+def _nodes(ctx: typer.Context) -> Candidates:
+    import sqlite3
+
+    from spotctl.core.lifecycle import DRAINABLE
+    from spotctl.wiring import state_path
+
+    config, region = _region(ctx)
+    path = state_path(config, region.name)
+    if not path.is_file():
+        return []  # no database yet: nothing to complete, and nothing is created
+    states = [s.value for s in DRAINABLE]
+    conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=0.5)
+    try:
+        rows = conn.execute(f"SELECT id, pool, state FROM nodes WHERE state IN ({','.join('?' * len(states))}) "
+                            "ORDER BY id", states).fetchall()
+    finally:
+        conn.close()
+    return [(str(i), f"{state} in {pool}") for i, pool, state in rows]
+
+
+def complete_pool(ctx: typer.Context, incomplete: str) -> Candidates:
+    """``--pool <Tab>``: the region's pool names, from the config."""
+    return [c for c in _quietly(_pools, ctx) if c[0].startswith(incomplete)]
+
+
+def complete_node(ctx: typer.Context, incomplete: str) -> Candidates:
+    """``drain <Tab>``: the ids of the region's drainable nodes (building, active, advised), from its state
+    database, read-only."""
+    return [c for c in _quietly(_nodes, ctx) if c[0].startswith(incomplete)]

@@ -10,6 +10,7 @@ from spotctl.core.errors import ExitCode
 
 from . import render
 from .context import state
+from .fmt import NONE, counts, money, text, ts
 
 app = typer.Typer(rich_markup_mode=None, add_completion=False)
 
@@ -17,7 +18,9 @@ app = typer.Typer(rich_markup_mode=None, add_completion=False)
 @app.command()
 def plan(
     ctx: typer.Context,
-    explain: Annotated[bool, typer.Option("--explain", help="Also show why each unit of demand was or was not placed.")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help=(
+        "Also show the pools and the planner's reasons: why units were or were not placed, why nodes are "
+        "advised, where the calendar takes capacity back."))] = False,
     history: Annotated[bool, typer.Option("--history", help="List the plans recent passes executed (newest first).")] = False,
     replay: Annotated[Optional[int], typer.Option(
         "--replay", metavar="SEQ", help="Re-plan from the inputs recorded with plan SEQ (see --history) and compare "
@@ -30,8 +33,14 @@ def plan(
     calendars, rate card, budget); --replay re-runs the planner on it, so a
     past decision can be explained and is shown to be reproducible.
 
-    Exit 7 when a source (cloud, feed, a scheduler) could not be read within
-    the observe deadline: the plan is then made without it, and says so.
+    --explain adds the pools (price, score, room, calendar) and the planner's
+    reasons: why each unit of demand was or was not placed, why nodes are
+    advised (cordoned: no new work), where the calendar takes capacity back.
+
+    Exit 7 (partial) when a source — the cloud, the contract feed (rate card,
+    notices), a scheduler — could not be read within the observe deadline: the
+    plan is then made without it, and says which. The same rule as `status`
+    and `reconcile`. Exit 4 when a source refused our credentials.
 
     Example: spotctl plan --explain
     """
@@ -77,54 +86,72 @@ def _history_table(console, d: dict) -> None:
     from rich.table import Table
 
     t = Table(title="Executed plans (newest first)", title_justify="left")
-    for col in ("seq", "plan", "at", "actor", "actions", "launches"):
+    for col in ("seq", "plan", "at", "actor", "actions", "launches\n(nodes)"):
         t.add_column(col)
     for r in d["history"]:
-        t.add_row(str(r["seq"]), r["plan_id"], render.ts(r["at"]), r["actor"], str(r["actions"]), str(r["launches"]))
+        t.add_row(str(r["seq"]), r["plan_id"], ts(r["at"]), r["actor"], text(r["actions"]), text(r["launches"]))
     console.print(t)
 
 
 def _table(console, d: dict, explain: bool) -> None:
     from rich.table import Table
 
-    title = f"Plan {d['id']} for region {d['region']} at {render.ts(d['now'])}"
+    currency = d["inputs"].get("currency") or NONE
+    title = f"Plan {d['id']} for region {d['region']} at {ts(d['now'])}"
     if "reproduced" in d:
         title += f" — replay of #{d['seq']}: " + {True: "reproduced exactly (action lists match)",
                                                   False: "DIFFERS from the recorded action list"}.get(
             d["reproduced"], "cannot be checked (no action digest recorded)")
     t = Table(title=title, title_justify="left")
-    for col in ("#", "kind", "pool", "node", "count", "priority", "reason"):
+    for col in ("#", "kind", "pool", "node", "count\n(nodes)", "priority", "reason"):
         t.add_column(col, overflow="fold")
     for i, a in enumerate(d["actions"], 1):
-        t.add_row(str(i), a["kind"], a.get("pool") or "-", a.get("node") or "-", str(a.get("count", "")),
+        t.add_row(str(i), a["kind"], a.get("pool") or NONE, a.get("node") or NONE, text(a.get("count")),
                   a["priority"], a["reason"])
     if not d["actions"]:
-        t.add_row("-", "none", "-", "-", "", "", "nothing to do")
+        t.add_row(NONE, "none", NONE, NONE, NONE, NONE, "nothing to do")
     console.print(t)
     dm = d["demand"]
-    console.print(f"demand: {dm['pending']} pending units {dm['by_scheduler']}; "
-                  f"{dm['covered_by_existing_nodes']} fit existing nodes, {dm['placed_on_new_nodes']} on new nodes, "
-                  f"{dm['unplaced']} unplaced, {dm['excluded']} excluded")
+    console.print(f"demand: {dm['pending']} pending units ({counts(dm['by_scheduler'])}): "
+                  f"{dm['covered_by_existing_nodes']} fit our nodes' free room, {dm['placed_on_new_nodes']} on new "
+                  f"nodes, {dm['unplaced']} unplaced; {dm['excluded']} excluded (not for spot, or not ready)")
     for reason, n in d["unplaced"].items():
         console.print(f"  unplaced ×{n}: {reason}")
     inp = d["inputs"]
-    console.print(f"inputs: rate card {inp['rate_card_version']}, calendar {inp['calendar_id']}, "
-                  f"budget {inp['budget_tokens']} tokens")
+    console.print(f"inputs: rate card {inp['rate_card_version'] or 'unavailable'}"
+                  + (f" (prices in {currency})" if inp["rate_card_version"] else "")
+                  + f", calendar {inp['calendar_id']}, token budget {inp['budget_tokens']:g} tokens")
     if d.get("degraded"):
         for src, msg in d["degraded"].items():
-            console.print(f"[yellow]degraded[/yellow] {src}: {msg}")
+            console.print(f"[yellow]not read[/yellow] {src}: {msg} (the plan is made without it)")
     if explain:
-        p = Table(title="Pools (cheapest and least risky first)", title_justify="left")
-        for col in ("pool", "kind", "class", "az", "price/h", "score", "headroom", "nodes", "next calendar drop"):
-            p.add_column(col)
+        p = Table(title="Pools (cheapest and least risky first; `spotctl status` shows their kind and class)",
+                  title_justify="left")
+        for col in ("pool", f"price\n({currency}/node-h)", f"score\n({currency}/vCPU-h)", "fit now\n(nodes)",
+                    "ours/limit\n(nodes)", "policy", "next capacity drop\n(calendar: spot capacity, nodes)"):
+            p.add_column(col, overflow="fold")
         for pool in sorted(d["pools"], key=lambda x: (x["score"] is None, x["score"] or 0, x["name"])):
-            nxt = pool["calendar_next_drop"]
-            p.add_row(pool["name"], pool["kind"], pool["class"], pool["az"], f"{pool['price']}" if pool["price"] is not None else "-",
-                      f"{pool['score']}" if pool["score"] is not None else "-", str(pool["headroom"]),
-                      f"{pool['nodes']}/{pool['max_nodes']}",
-                      f"{render.ts(nxt['at'])} → {nxt['capacity']}" if nxt else "-")
+            p.add_row(pool["name"], money(pool["price"]), money(pool["score"]), str(pool["headroom"]),
+                      f"{pool['nodes']}/{pool['max_nodes']}", "no-notice" if pool.get("no_notice") else "normal",
+                      _drop(pool["calendar_next_drop"]))
         console.print(p)
-        for line in d.get("explain", []):
-            console.print(f"  {line}")
+        console.print("  score: price per vCPU-hour × (1 + 0.25 per advisory and per reclaim in the last hour)\n"
+                      "  fit now: new nodes of the pool's shape that fit on its hosts now, host by host\n"
+                      "  ours/limit: our nodes in the pool (leaving ones too) / the pool's max_nodes\n"
+                      "  policy: no-notice where a provider contract term is not met (`spotctl contract check`)\n"
+                      "  next capacity drop: when the forward calendar next lowers the pool's spot capacity (ours\n"
+                      "  included) as a reservation starts on some of its hosts, and from how many nodes to how many")
+        from rich.padding import Padding
+
+        for line in d.get("explain", []):  # indented, wrapped lines too
+            console.print(Padding(line, (0, 0, 0, 2)))
         for reason, n in d["demand"]["excluded_reasons"].items():
             console.print(f"  excluded ×{n}: {reason}")
+
+
+def _drop(nxt: dict | None) -> str:
+    """The calendar's next drop: ``2026-12-02 01:58:40Z: 81 → 62``."""
+    if not nxt:
+        return NONE
+    before = nxt.get("capacity_before")
+    return f"{ts(nxt['at'])}: " + (f"{before} → " if before is not None else "→ ") + str(nxt["capacity"])

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+from .fmt import duration, ts  # noqa: F401  (render.ts/render.duration: the table formats, see fmt)
+
 RESULT_VERSION = 1
 
 
@@ -90,8 +92,12 @@ def console(stderr: bool = False):
 
     no_color = bool(os.environ.get("NO_COLOR"))
     stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    # COLUMNS, when set, is the width (a pipe, a script, a test); else the terminal's, or 160 off a terminal
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and 20 <= int(columns) <= 1000 else (None if tty else 160)
     return Console(file=stream, no_color=no_color, highlight=False, soft_wrap=False,
-                   force_terminal=None if stream.isatty() else False, width=None if stream.isatty() else 160)
+                   force_terminal=None if tty else False, width=width)
 
 
 MAX_MESSAGE = 1000  # characters of an error line: echoed input is cut, never a 100 KB line on stderr
@@ -104,24 +110,3 @@ def error(message: str, hint: str | None = None) -> None:
     if hint:
         sys.stderr.write(f"spotctl: hint: {hint}\n")
     sys.stderr.flush()
-
-
-def ts(t: float | None) -> str:
-    if t is None:
-        return "-"
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s < 0:
-        return f"-{duration(-s)}"
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -24,6 +24,11 @@ from .models import KubernetesBinding, PoolClass, PoolKind, PoolSpec, Shape, Slu
 
 SYSTEM_CONFIG = "/etc/spotctl/config.toml"
 
+#: What a region and a pool take for a key they leave out (the typed views below, and ``config show``).
+REGION_DEFAULTS: dict[str, Any] = {"backend": "sim", "seed": 0}
+POOL_DEFAULTS: dict[str, Any] = {"class": "headroom", "gpus": 0, "max_nodes": 50, "boot_seconds": 120,
+                                 "cleaning_seconds": 0}
+
 
 # --- typed views ------------------------------------------------------------
 
@@ -96,6 +101,7 @@ class Config:
     data: dict[str, Any]
     sources: dict[str, str]
     files: list[str]
+    texts: dict[str, str] = field(default_factory=dict)  # each file's text, to find the line of a key
 
     @property
     def default_region(self) -> str:
@@ -126,6 +132,19 @@ class Config:
             known = ", ".join(sorted(regions)) or "none"
             raise NotFoundError(f"unknown region {name!r}", hint=f"configured regions: {known}")
         return _region_from_dict(name, regions[name], self.sources)
+
+    def line_of(self, key: str) -> int | None:
+        """The line of the file that set ``key`` (or of the table or inline table holding it); None when
+        no file set it, or the line cannot be found."""
+        text = self.texts.get(self.sources.get(key, ""))
+        if text is None:
+            return None
+        parts = tuple(key.split("."))
+        for end in range(len(parts), 0, -1):
+            line = _locate(text, parts[: end - 1], parts[end - 1], strict=True)
+            if line:
+                return line
+        return None
 
     def flat(self, redact: bool = True) -> list[tuple[str, object, str]]:
         rows = []
@@ -201,7 +220,7 @@ def load_config(
                               details={"key": key, "source": origin})
         _merge(data, sources, {key: value}, origin)
     _check_values(data, sources, texts)
-    return Config(data=data, sources=sources, files=files)
+    return Config(data=data, sources=sources, files=files, texts=texts)
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], str]:
@@ -255,8 +274,9 @@ def _split_key(s: str) -> tuple[str, ...]:
     return tuple(p.strip().strip('"').strip("'") for p in s.split("."))
 
 
-def _locate(text: str, table: tuple[str, ...], key: str) -> int | None:
-    """Best-effort line number of ``key`` inside ``table`` in TOML text."""
+def _locate(text: str, table: tuple[str, ...], key: str, strict: bool = False) -> int | None:
+    """Best-effort line number of ``key`` inside ``table`` in TOML text; ``strict``: only a line that sets
+    it there (or in a parent table, as a dotted key), else None — never the first line naming the word."""
     current: tuple[str, ...] = ()
     fallback = None
     keypat = re.compile(r'^\s*(?:["\']?[\w.-]+["\']?\s*\.\s*)*["\']?' + re.escape(key) + r'["\']?\s*=')
@@ -272,7 +292,7 @@ def _locate(text: str, table: tuple[str, ...], key: str) -> int | None:
                 return n
             if fallback is None and table[: len(current)] == current:
                 fallback = n
-    if fallback is None:
+    if fallback is None and not strict:
         for n, line in enumerate(text.splitlines(), 1):
             if re.search(r"\b" + re.escape(key) + r"\b", line):
                 return n
@@ -352,32 +372,32 @@ def _region_from_dict(name: str, d: dict[str, Any], sources: dict[str, Any]) -> 
         pools[pname] = PoolSpec(
             name=pname,
             kind=PoolKind(p["kind"]),
-            pool_class=PoolClass(p.get("class", "headroom")),
+            pool_class=PoolClass(p.get("class", POOL_DEFAULTS["class"])),
             az=p["az"],
-            shape=Shape(p["vcpu"], p["ram_mb"], p.get("gpus", 0)),
+            shape=Shape(p["vcpu"], p["ram_mb"], p.get("gpus", POOL_DEFAULTS["gpus"])),
             flavor=p.get("flavor"),
             resource_class=p.get("resource_class"),
             aggregate=p.get("aggregate"),
             image=p.get("image"),
             networks=p.get("networks"),
-            max_nodes=p.get("max_nodes", 50),
+            max_nodes=p.get("max_nodes", POOL_DEFAULTS["max_nodes"]),
             kubernetes=KubernetesBinding(
                 labels=tuple(sorted((str(a), str(b)) for a, b in k8s.get("labels", {}).items())),
                 taints=tuple(str(t) for t in k8s.get("taints", [])),
             ),
             slurm=SlurmBinding(partition=slurm.get("partition"), features=tuple(slurm.get("features", []))),
-            boot_seconds=p.get("boot_seconds", 120),
-            cleaning_seconds=p.get("cleaning_seconds", 0),
+            boot_seconds=p.get("boot_seconds", POOL_DEFAULTS["boot_seconds"]),
+            cleaning_seconds=p.get("cleaning_seconds", POOL_DEFAULTS["cleaning_seconds"]),
             list_price=p.get("price"),
         )
     return RegionConfig(
         name=name,
-        backend=d.get("backend", "sim"),
+        backend=d.get("backend", REGION_DEFAULTS["backend"]),
         pools=pools,
         budget=BudgetConfig(**d.get("budget", {})),
         policy=Policy(**d.get("policy", {})),
         cloud=d.get("cloud"),
-        seed=d.get("seed", 0),
+        seed=d.get("seed", REGION_DEFAULTS["seed"]),
         actor=d.get("actor"),
         sections={k: copy.deepcopy(d[k]) for k in ADAPTER_SECTIONS if k in d},
     )

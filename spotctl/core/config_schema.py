@@ -126,6 +126,27 @@ _REGION_SCHEMA = {
     # A section present replaces that part of the simulator for this region.
 }
 ADAPTER_SECTIONS = ("openstack", "slurm", "kubernetes", "contract", "kafka", "audit")
+
+#: What each adapter uses for a key its table leaves out, for ``spotctl config show`` (the adapters apply
+#: them; tests/unit/test_config_view.py checks these against the adapters' own defaults, and
+#: tests/test_docs.py against the operator guide). A key not named here has no default: unset means off,
+#: or decided at run time (``kubeconfig``: ``$KUBECONFIG``; kafka's ``topic``: from the region's name).
+SECTION_DEFAULTS: dict[str, dict[str, object]] = {
+    "openstack": {"networks": "none", "wait_active_seconds": 600, "delete_verify_seconds": 300,
+                  "timeout_seconds": 30.0, "blazar": True},
+    "openstack.pools": {"via": "nova"},
+    "kubernetes": {"in_cluster": False, "serviceaccount_dir": "/var/run/secrets/kubernetes.io/serviceaccount",
+                   "insecure_skip_tls_verify": False, "timeout_seconds": 10.0, "watch_idle_seconds": 0.3,
+                   "watch_max_seconds": 10.0, "cordon_taint": "spotctl.io/reclaim",
+                   "expected_seconds_annotation": "spotctl.io/expected-seconds", "deadline_margin_seconds": 10.0,
+                   "page_size": 500},
+    "slurm": {"scontrol": "scontrol", "timeout_seconds": 10.0, "verify_tls": True, "node_name": "{node}",
+              "node_prefix": "spot-", "default_time_limit_seconds": 3600, "drain_via": "auto"},
+    "kafka": {"max_wait_seconds": 10.0, "batch_size": 500, "transactions": True, "security_protocol": "PLAINTEXT",
+              "ssl_check_hostname": True},
+    "audit": {"timeout_seconds": 5.0, "batch_size": 200},
+    "contract": {"timeout_seconds": 10.0},
+}
 OUTPUTS = ("auto", "table", "json", "yaml")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 SCHEMA = {

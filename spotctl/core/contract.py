@@ -1,9 +1,9 @@
 """Provider-contract terms as pure functions of observed facts (the ops layer gathers the facts).
 
 The five terms, per pool, each ``met``, ``degraded`` (present but late or out of bounds), ``missing``
-(not offered, or not read) or ``unknown`` (offered, but nothing observed this pass shows that it
-works). **A term is ``met`` only on evidence observed** (a notice feed read, a rate card in date, a
-reservation service read, a status call answered); otherwise it is not met, and says why.
+(not offered, or not read) or ``unknown`` (offered, but nothing observed shows that it works). **A
+term is ``met`` only on evidence observed** (hard notices on time, a rate card in date, a reservation
+service read, a status call answered); otherwise it is not met, and says why.
 
 1. notice      — a hard notice >= 120 s before deletion, delivered to the node in <= 1 s
 2. advisory    — an early warning when reclaim risk rises (hard notices are preceded by one)
@@ -11,8 +11,11 @@ reservation service read, a status call answered); otherwise it is not met, and 
 4. reservations — reservation and forward-capacity data (Blazar) can be read
 5. reclaim_api — the provider's reclaim API answers (drills depend on it)
 
-A pool with any term not met runs under the no-notice policy; :func:`change_kind` says when its
-recorded state flips (the ops layer records the flip: audit record + lifecycle event).
+A pool with any term not met runs under the no-notice policy — except a notice or advisory term that
+is ``unknown`` only because no hard notice came in the window (``no evidence yet``): the feed was read and
+nothing late was seen, which is every quiet pool's normal state, so the pool's state is ``unknown``
+and it keeps the normal policy (its first hard notice decides). :func:`change_kind` says when the
+recorded state flips the policy (the ops layer records the flip: audit record + lifecycle event).
 
 Term 1, the hard notice: at least ``MIN_LEAD_SECONDS`` before deletion, delivered in at most
 ``MAX_DELIVERY_SECONDS``. A notice is **late** when any of what was observed says so:
@@ -48,6 +51,10 @@ STATIC_RATE_CARD = "no rate-card feed is configured (list prices from the config
 NO_RESERVATIONS = "no reservation service is read (Blazar is disabled: [openstack] blazar = false)"
 NO_RECLAIM_API = "the contract feed offers no reclaim API"
 NO_STATUS_CALL = "the feed offers a reclaim API but no status call to check that it answers"
+NO_HARD_NOTICE_TO_WARN = ("no evidence yet: no hard notice in the window whose advisory could be checked; "
+                          "a drill with --advisory-lead sends both")
+NO_HARD_NOTICE = ("no evidence yet: no hard notice in the last {window} to show their lead (>= 120 s) and "
+                  "delivery (<= 1 s); a drill (`spotctl exercise-reclaim`) sends some")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +118,10 @@ def lateness(n: SeenNotice) -> list[str]:
 
 
 def notice_term(notices: list[SeenNotice], now: float, *, restore_notices: int = 3,
-                restore_hold_seconds: float = 3600.0) -> dict[str, Any]:
-    """The hard-notice term over the notices seen in the window: ``met`` or ``degraded``, with evidence."""
+                restore_hold_seconds: float = 3600.0, window_seconds: float = WINDOW_SECONDS) -> dict[str, Any]:
+    """The hard-notice term over the notices seen in the window: ``met`` or ``degraded``, with evidence;
+    ``unknown`` when there is none (nothing observed shows that notices come on time, nor that they
+    do not)."""
     ordered = sorted(notices, key=lambda n: (n.issued_at, n.id))
     late = [(n, lateness(n)) for n in ordered]
     bad = [(n, why) for n, why in late if why]
@@ -127,6 +136,10 @@ def notice_term(notices: list[SeenNotice], now: float, *, restore_notices: int =
         "delivery_unknown": len(ordered) - len(lat),
         "restore_rule": {"on_time_in_a_row": restore_notices, "hold_seconds": restore_hold_seconds},
     }
+    if not ordered:
+        hours = window_seconds / 3600
+        evidence["error"] = NO_HARD_NOTICE.format(window=f"{hours:g} h" if hours >= 1 else f"{window_seconds:g} s")
+        return {"state": "unknown", "evidence": evidence}
     if not bad:
         return {"state": "met", "evidence": evidence}
     last_bad, why = bad[-1]
@@ -155,7 +168,7 @@ def pool_notice_term(hard: Sequence[SeenNotice], facts: ContractFacts) -> dict[s
     leads = [n.deadline - n.issued_at for n in hard if n.deadline is not None]
     lat = [n.delivered_at - n.issued_at for n in hard if n.delivered_at is not None]
     term = notice_term(list(hard), facts.now, restore_notices=facts.restore_notices,
-                       restore_hold_seconds=facts.restore_hold_seconds)
+                       restore_hold_seconds=facts.restore_hold_seconds, window_seconds=facts.window_seconds)
     term["evidence"].update(lead_p50_s=_pct(leads, 0.5), delivery_p50_s=_pct(lat, 0.5),
                             delivery_p95_s=_pct(lat, 0.95), window_s=facts.window_seconds)
     return term
@@ -167,8 +180,11 @@ def advisory_term(notices: Sequence[SeenNotice]) -> dict[str, Any]:
     hard = [n for n in notices if n.kind == "hard"]
     warned = {n.instance_id for n in notices if n.kind in ("advisory", "calendar")}
     unwarned = [n for n in hard if n.instance_id not in warned and "drill" not in (n.reason or "")]
-    evidence = {"advisories": sum(1 for n in notices if n.kind != "hard"), "hard_without_advisory": len(unwarned)}
-    return {"state": "degraded" if hard and len(unwarned) * 2 > len(hard) else "met", "evidence": evidence}
+    evidence: dict[str, Any] = {"advisories": sum(1 for n in notices if n.kind != "hard"),
+                                "hard_without_advisory": len(unwarned)}
+    if not hard:  # nothing to judge the advisories by: not met, not failed
+        return {"state": "unknown", "evidence": {**evidence, "error": NO_HARD_NOTICE_TO_WARN}}
+    return {"state": "degraded" if len(unwarned) * 2 > len(hard) else "met", "evidence": evidence}
 
 
 def rate_card_term(pool: str, rate_card: RateCard | None, now: float, error: str | None = None) -> dict[str, Any]:
@@ -222,7 +238,9 @@ def provider_reclaim_view(body: object) -> object:
 
 
 def pool_terms(pool: str, facts: ContractFacts) -> dict[str, Any]:
-    """Every term for one pool: ``{"state": met|degraded, "failing": [...], "terms": {...}}``."""
+    """Every term for one pool: ``{"state": met|unknown|degraded, "failing": [...], "terms": {...}}``;
+    ``failing`` lists the terms not met, ``state`` is ``unknown`` when the only one is a notice term
+    with no evidence yet (see :func:`breaking`)."""
     mine = [n for n in facts.notices if n.pool == pool]
     terms: dict[str, dict[str, Any]] = {}
     if not facts.provides_notices or facts.notices_error is not None:
@@ -235,8 +253,19 @@ def pool_terms(pool: str, facts: ContractFacts) -> dict[str, Any]:
     terms["rate_card"] = rate_card_term(pool, facts.rate_card, facts.now, facts.rate_card_error)
     terms["reservations"] = reservations_term(pool, facts)
     terms["reclaim_api"] = reclaim_api_term(facts.reclaim)
-    state = "met" if all(t["state"] == "met" for t in terms.values()) else "degraded"
-    return {"state": state, "failing": [k for k in TERMS if terms[k]["state"] != "met"], "terms": terms}
+    failing = [k for k in TERMS if terms[k]["state"] != "met"]
+    report = {"state": "met", "failing": failing, "terms": terms}
+    if failing:
+        report["state"] = "degraded" if breaking(report) else "unknown"
+    return report
+
+
+def breaking(pool_report: Mapping[str, Any]) -> list[str]:
+    """The failing terms that put a pool under the no-notice policy: all of them but a notice or advisory
+    term with no evidence yet (``unknown``: no hard notice in the window; see the module's docstring)."""
+    terms = pool_report.get("terms", {})
+    return [k for k in pool_report["failing"]
+            if not (k in ("notice", "advisory") and terms.get(k, {}).get("state") == "unknown")]
 
 
 def evaluate(region: str, pools: Iterable[str], facts: ContractFacts) -> dict[str, Any]:
@@ -247,30 +276,36 @@ def evaluate(region: str, pools: Iterable[str], facts: ContractFacts) -> dict[st
 
 
 def degraded_pools(report: Mapping[str, Any]) -> frozenset[str]:
-    """The pools of a report that run under the no-notice policy (any term not met)."""
-    return frozenset(name for name, p in report["pools"].items() if p["state"] != "met")
+    """The pools of a report that run under the no-notice policy (a term not met, see :func:`breaking`)."""
+    return frozenset(name for name, p in report["pools"].items() if p["state"] == "degraded")
 
 
 def recorded_value(pool_report: Mapping[str, Any]) -> str:
-    """A pool's contract state as recorded: ``met`` or ``degraded:`` and the failing terms."""
-    return "met" if pool_report["state"] == "met" else "degraded:" + ",".join(pool_report["failing"])
+    """A pool's contract state as recorded: ``met``, ``degraded:`` and the terms that break it, or
+    ``unknown:`` and the terms with no evidence yet."""
+    if pool_report["state"] == "met":
+        return "met"
+    if pool_report["state"] == "degraded":
+        return "degraded:" + ",".join(breaking(pool_report))
+    return "unknown:" + ",".join(pool_report["failing"])
 
 
 def recorded_failing(value: str | None) -> list[str]:
-    """The failing terms of a recorded value ([] for ``met`` or nothing recorded)."""
+    """The terms a recorded value counts as breaking ([] for ``met``, ``unknown:…`` or nothing recorded)."""
     if not value or not value.startswith("degraded:"):
         return []
     return value.split(":", 1)[1].split(",")
 
 
 def change_kind(before: str | None, pool_report: Mapping[str, Any]) -> str | None:
-    """Whether a pool's recorded contract state flips: ``degraded``, ``restored``, or None (no change,
-    or the first sight of a healthy pool: nothing to announce)."""
+    """Whether a pool's recorded contract state flips its policy: ``degraded`` (or degraded by other
+    terms), ``restored`` (back to the normal policy), or None (no change, the first sight of a pool under
+    the normal policy, or met <-> unknown, which changes no policy: nothing to announce)."""
     if before == recorded_value(pool_report):
         return None
-    if before is None and pool_report["state"] == "met":
-        return None
-    return "restored" if pool_report["state"] == "met" else "degraded"
+    if pool_report["state"] == "degraded":
+        return "degraded"
+    return "restored" if before is not None and before.startswith("degraded:") else None
 
 
 def late_notice_report(pool: str, before: str | None, notice: SeenNotice, now: float) -> dict[str, Any] | None:

@@ -14,7 +14,17 @@ A check is **unchecked** (neither passed nor failed, and not counted) when nothi
 hard notice's two checks when the node was given back on the advisory alone before its hard notice
 came; ``jobs_lost`` when no drain round said what ran on the node. A victim the provider's reclaim
 API refused is one failed check; a victim the drill never reached is not scored. The score is the
-percentage of counted checks passed, ``None`` when none was counted.
+percentage of counted checks passed, ``None`` when none was counted. Each victim's row lists its
+checks (:func:`check_rows`): the value observed, the threshold, and ``met``, ``missed`` or
+``unchecked``.
+
+**Replacements.** When work ran on a victim, the planner launches replacement capacity for it
+(a launch whose reason starts with :data:`REPLACEMENT_REASON` and names the victim); the row lists
+those launches and the time from the reclaim to the first of them becoming active. A drill waits
+for them (:func:`replacement_settled`) so that this time is measured.
+
+**Before a drill.** Victims are active nodes without a notice; :func:`shortfall_ready_at` says when
+enough of a pool's booting nodes are expected to be active (their launch time + the pool's boot time).
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ MIN_PENDING_TO_JUDGE = 10
 CHECKS = ("delivery_latency", "notice_lead", "drained_before_deadline", "jobs_lost", "capacity_returned")
 #: the transition reason of a node the provider took back at its deadline (not returned by us)
 TAKEN_AT_DEADLINE = "reclaimed after notice"
+#: how the reason of a launch the planner makes for a leaving node's work starts (core.plan_demand)
+REPLACEMENT_REASON = "replacement capacity for "
+#: states a replacement node does not leave again (it will never become active)
+ENDED_STATES = frozenset({"gone", "failed", "lost"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +65,49 @@ class SeenTransition:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplacementLaunch:
+    """A node the planner launched for a victim's work (its launch reason names the victim)."""
+
+    node: str
+    pool: str
+    launched_at: float
+    active_at: float | None = None  # when it first became active; None: not (yet)
+    state: str = "intended"
+    boot_seconds: float = 0.0  # its pool's configured boot time
+
+    def to_dict(self, reclaimed_at: float | None) -> dict[str, Any]:
+        return {"node": self.node, "pool": self.pool, "launched_at": self.launched_at, "active_at": self.active_at,
+                "state": self.state, "expected_active_at": self.launched_at + self.boot_seconds,
+                "active_after_s": None if self.active_at is None or reclaimed_at is None
+                else round(self.active_at - reclaimed_at, 1)}
+
+
+def replaced_nodes(reason: str) -> tuple[str, ...]:
+    """The nodes a launch replaces, from its reason (``replacement capacity for a, b: 1 × pool …``);
+    ``()`` for a launch for pending work."""
+    if not reason.startswith(REPLACEMENT_REASON):
+        return ()
+    names = reason[len(REPLACEMENT_REASON):].split(":", 1)[0]
+    return tuple(n.strip() for n in names.split(",") if n.strip())
+
+
+def replacement_settled(r: ReplacementLaunch, now: float) -> bool:
+    """Whether a drill has nothing more to wait for on a replacement: active, ended, or past its pool's
+    boot time plus :data:`DONE_GRACE_SECONDS` (a slow boot is reported as it stands)."""
+    return (r.active_at is not None or r.state in ENDED_STATES
+            or now >= r.launched_at + r.boot_seconds + DONE_GRACE_SECONDS)
+
+
+def shortfall_ready_at(short: int, booting_ready_at: Iterable[float]) -> float | None:
+    """When ``short`` more of a pool's nodes are expected active, from the expected ready times of its
+    booting nodes (each one's launch time + the pool's boot time); None when fewer are booting."""
+    times = sorted(booting_ready_at)
+    if short <= 0:
+        return min(times, default=None)
+    return times[short - 1] if len(times) >= short else None
+
+
+@dataclass(frozen=True, slots=True)
 class VictimFacts:
     """What was observed of one victim of a drill."""
 
@@ -64,6 +121,8 @@ class VictimFacts:
     transitions: tuple[SeenTransition, ...] = ()
     #: (node, when it became active) of the nodes launched at or after the reclaim
     activations: tuple[tuple[str, float], ...] = ()
+    #: the launches the planner made for its work
+    replacements: tuple[ReplacementLaunch, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +144,15 @@ def deadline(v: VictimFacts, notice_seconds: float, advisory_lead_seconds: float
 
 
 def replacement_seconds(v: VictimFacts) -> float | None:
-    """Seconds from the reclaim to another node launched afterwards becoming active (None: none yet)."""
+    """Seconds from the reclaim to its replacement becoming active: the first of the launches made for its
+    work, else (none known) another node launched afterwards (None: none active yet)."""
     if v.reclaimed_at is None:
         return None
     t0 = v.reclaimed_at
-    times = [at - t0 for node, at in v.activations if node != v.node]
+    if v.replacements:
+        times = [r.active_at - t0 for r in v.replacements if r.active_at is not None]
+    else:
+        times = [at - t0 for node, at in v.activations if node != v.node]
     return round(min(times), 1) if times else None
 
 
@@ -126,6 +189,8 @@ def score_victim(v: VictimFacts, notice_seconds: float,
         "time_to_replacement_s": replacement_seconds(v) if running else None,
         "capacity_returned_by_deadline": bool(returned_at is not None and returned_at <= due and gone),
         "final_state": v.transitions[-1].to_state if v.transitions else None,
+        "reclaimed_at": v.reclaimed_at, "deadline": due,
+        "replacements": [r.to_dict(v.reclaimed_at) for r in v.replacements],
     }
     passed = {
         "delivery_latency": latency is not None and latency <= MAX_DELIVERY_SECONDS,
@@ -134,7 +199,61 @@ def score_victim(v: VictimFacts, notice_seconds: float,
         "jobs_lost": row["jobs_lost"] == 0,
         "capacity_returned": row["capacity_returned_by_deadline"],
     }
-    return row, {name: (None if name in unchecked else bool(passed[name])) for name in CHECKS}
+    results = {name: (None if name in unchecked else bool(passed[name])) for name in CHECKS}
+    taken = any(t.to_state == "gone" and t.reason.startswith(TAKEN_AT_DEADLINE) for t in v.transitions)
+    row["checks"] = check_rows(v, row, results, due, returned_at=returned_at, gone=gone, taken=taken)
+    return row, results
+
+
+def check_rows(v: VictimFacts, row: Mapping[str, Any], results: Mapping[str, bool | None], due: float, *,
+               returned_at: float | None, gone: bool, taken: bool) -> list[dict[str, Any]]:
+    """A victim's checks as rows: ``name``, ``result`` (met | missed | unchecked), the value ``observed``
+    and the ``threshold`` it is held to (``op``: <=, >= or ==; ``unit``: s, or jobs), and a ``note`` saying
+    what was or was not seen. Times are seconds after the reclaim call; the deadline is ``due``."""
+    t0 = v.reclaimed_at if v.reclaimed_at is not None else due
+    n = v.hard_notice
+    advised_only = "delivery_latency" in row["unchecked"]
+
+    def after(t: float | None) -> float | None:
+        return None if t is None else round(t - t0, 1)
+
+    def no_notice(what: str) -> str:
+        if advised_only:
+            return "given back on the advisory, before any hard notice"
+        return "no hard notice seen" if n is None else what
+
+    due_after = round(due - t0, 1)
+    drained, lost = row["drained_at"], row["jobs_lost"]
+    if returned_at is None:
+        returned = "taken back by the provider at its deadline" if taken else "not deleted"
+    else:
+        returned = ("then gone: its allocations freed" if gone else
+                    "then taken back by the provider at its deadline" if taken else "not gone yet")
+    if "jobs_lost" in row["unchecked"]:
+        work = "no drain round said what ran there"
+    else:
+        work = f"{row['jobs_requeued']} requeued, {lost} lost"
+    spec: list[tuple[str, Any, str, float, str, str]] = [
+        ("delivery_latency", row["delivery_latency_s"], "<=", MAX_DELIVERY_SECONDS, "s",
+         no_notice("no delivery stamp from the provider") if row["delivery_latency_s"] is None
+         else "from the notice's issue to its delivery on the node"),
+        ("notice_lead", row["notice_lead_s"], ">=", MIN_NOTICE_SECONDS, "s",
+         no_notice("the notice has no deadline") if row["notice_lead_s"] is None
+         else "from the notice's issue to its deadline"),
+        ("drained_before_deadline", after(drained), "<=", due_after, "s",
+         "no drain round every scheduler accepted" if drained is None
+         else "when every bound scheduler accepted its drain"),
+        ("jobs_lost", None if "jobs_lost" in row["unchecked"] else lost, "==", 0, "jobs", work),
+        ("capacity_returned", after(returned_at), "<=", due_after, "s", returned),
+    ]
+    gone_at = next((t.at for t in v.transitions if t.to_state == "gone"), None) if gone else None
+    out = []
+    for name, observed, op, threshold, unit, note in spec:
+        ok = results[name]
+        out.append({"name": name, "result": "unchecked" if ok is None else "met" if ok else "missed",
+                    "observed": observed, "op": op, "threshold": threshold, "unit": unit, "note": note})
+    out[-1]["gone_after_s"] = after(gone_at)  # capacity_returned: when it was gone, freed by us
+    return out
 
 
 def score(facts: DrillFacts) -> dict[str, Any]:

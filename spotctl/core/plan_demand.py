@@ -5,6 +5,10 @@ not cordoned, not leaving), node shape by node shape. :func:`pack_new` packs wha
 nodes of the cheapest, least risky pool whose forward calendar leaves time for the work to finish
 and drain, replacement demand first; within headroom (host by host), pool limits, quota, spend cap,
 launches per pass and the token budget. What no node takes is counted by reason.
+
+The explanations they write use the tables' forms (:mod:`~spotctl.core.textfmt`): shapes
+``8 vCPU/32 GiB``, times ``2026-12-01 18:14:46Z``, durations ``3h05m``, prices to 4 decimals with
+their currency.
 """
 
 from __future__ import annotations
@@ -18,9 +22,18 @@ from .models import ActionKind, NodeState, PoolKind, PoolSpec, Shape
 from .notices import calendar_advisory_due, node_protection
 from .plan_input import REPLACEMENT, DemandClass, PlanInput
 from .plan_state import PlanState
+from .textfmt import duration_text, shape_text, when_text
+from .timefmt import iso
 
 #: The states of a node that new work may be planned onto (when it is not cordoned and not leaving).
 TAKES_WORK = (NodeState.BUILDING, NodeState.ACTIVE, NodeState.INTENDED)
+
+
+def unplaced_examples(d: DemandClass, left: int) -> tuple[str, ...]:
+    """The example ids of the ``left`` units of ``d`` that no node takes. Units of one class are
+    interchangeable; the schedulers start them in id order (oldest first), so the placed ones are the
+    first ``count - left`` and the unplaced the rest: only those kept as examples can be named."""
+    return d.examples[max(0, d.count - left):]
 
 
 def fill_existing(st: PlanState) -> None:
@@ -168,8 +181,10 @@ def pack_new(st: PlanState) -> None:
         reason = ls.block.get(d.key, "no pool could take it") if d.pools else \
             "no pool serves it (scheduler binding or node shape)"
         st.unplaced[reason] = st.unplaced.get(reason, 0) + left
-        st.explain.append(f"{d.scheduler} {d.shape.vcpu}c/{d.shape.ram_mb}M/{d.shape.gpus}g ×{left} unplaced: {reason}"
-                          + (f" (e.g. {', '.join(d.examples[:3])})" if d.examples else ""))
+        examples = unplaced_examples(d, left)
+        placed = f" ({d.count - left} of the {d.count} placed)" if left < d.count else ""
+        st.explain.append(f"{d.scheduler} {shape_text(d.shape)} ×{left} unplaced{placed}: {reason}"
+                          + (f" (e.g. {', '.join(examples[:3])})" if examples else ""))
 
 
 def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score: float,
@@ -180,7 +195,7 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
     pool, price = inp.pools[name], st.prices[name]
     if inp.pool_failures.get(name, 0) > now:
         for d in cands:
-            block[d.key] = f"pool {name} failed to launch recently (until {int(inp.pool_failures[name])})"
+            block[d.key] = f"pool {name} failed to launch recently (skipped until {iso(inp.pool_failures[name], sep=' ')})"
         st.explain.append(f"{name}: skipped, launch failed recently")
         return
     hr = inp.headroom.get(name)
@@ -191,6 +206,7 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
     launched = 0
     units = 0
     segments: list[list[Any]] = []  # [nodes, safe_until, longest unit seconds] per packing pattern
+    placed: set[str] = set()  # the demand classes these nodes take units of
     earliest_safe = None
     while True:
         why = ls.held(st, name, pool, price, launched, free, limit_left)
@@ -206,9 +222,9 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
             # be cordoned before it is up, and the work meant for it could never land there
             for d in cands:
                 if remaining[d.key]:
-                    block[d.key] = (f"calendar: {name} takes capacity back in {int(max(0, safe_until - now))}s; "
+                    block[d.key] = (f"calendar: {name} takes capacity back at {when_text(safe_until, now)}; "
                                     f"a node launched now would be cordoned by the calendar advisory "
-                                    f"({policy.calendar_advisory_seconds}s ahead) before it boots")
+                                    f"({duration_text(policy.calendar_advisory_seconds)} ahead) before it boots")
             break
         window = safe_until - now - policy.drain_seconds - pool.boot_seconds
         if name in inp.no_notice_pools:
@@ -220,8 +236,8 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
         if not pattern:
             for d in fits:
                 if d.expected_seconds > window:
-                    block[d.key] = (f"calendar: {name} takes capacity back in {int(max(0, safe_until - now))}s, "
-                                    f"too soon for {d.expected_seconds}s of work + drain")
+                    block[d.key] = (f"calendar: {name} takes capacity back at {when_text(safe_until, now)}, "
+                                    f"too soon for {duration_text(d.expected_seconds)} of work + drain")
             break
         # how many identical nodes: bounded by units, headroom, limits, quota, spend, calendar step
         reps = min(remaining[k] // c for k, c in pattern.items())
@@ -241,6 +257,7 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
         for k, c in pattern.items():
             remaining[k] -= c * reps
             units += c * reps
+            placed.add(k)
         segments.append([reps, safe_until, max(ls.classes[k].expected_seconds for k in pattern)])
         launched += reps
         ls.take(reps, pool, price)
@@ -248,17 +265,35 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
     if not launched:
         return
     ls.planned[name] = ls.planned.get(name, 0) + launched
-    what = ("replacement capacity for " + ", ".join(sorted({e for d in cands for e in d.examples}))
+    per_hour = f"{price:.4f} {inp.rate_card.currency}/node-hour" if inp.rate_card else f"{price:.4f}/node-hour"
+    what = ("replacement capacity for " + ", ".join(sorted({e for d in cands if d.key in placed for e in d.examples}))
             if priority is Priority.REPLACEMENT else f"{units} pending units")
     st.add(ActionKind.LAUNCH, priority,
-           f"{what}: {launched} × {name} ({pool.shape.vcpu} vCPU/{pool.shape.ram_mb // 1024} GiB"
-           + (f"/{pool.shape.gpus} GPU" if pool.shape.gpus else "") + f") at {price:.3f}/node-hour"
-           + (f"; calendar keeps the capacity until {int(earliest_safe - now)}s from now"
+           f"{what}: {launched} × {name} ({shape_text(pool.shape)}) at {per_hour}"
+           + (f"; the calendar keeps the capacity until {when_text(earliest_safe, now)}"
               if earliest_safe and cal and earliest_safe < cal.end else ""),
            pool=name, count=launched, units=units, price=price,
            inputs={"safe_until": earliest_safe, "headroom": free, "score": round(score, 6), "segments": segments})
-    st.explain.append(f"{name}: launch {launched} for {units} units (score {score:.4f}, headroom {free}, "
-                      f"price {price})")
+    st.explain.append(f"{name}: launch {launched} node{'s' if launched != 1 else ''} for {units} units (score "
+                      f"{score:.4f}, {free} new nodes fit now, {per_hour})")
+    drop = next_drop(cal, now) if cal else None
+    if drop is not None:
+        at, before, after = drop
+        st.explain.append(
+            f"{name}: the calendar lowers its spot capacity from {before} to {after} nodes at {when_text(at, now)} "
+            f"(a reservation starts on some of its hosts). The cloud picks each node's host: a node that lands on "
+            f"one of those is advised (cordoned: no new work) by the provider's calendar notice or the calendar "
+            f"advisory ({duration_text(policy.calendar_advisory_seconds)} ahead), and drained before the "
+            f"reservation starts")
+
+
+def next_drop(cal: Calendar, now: float) -> tuple[float, int, int] | None:
+    """When the forward calendar next lowers the pool's spot capacity: (time, capacity before, after)."""
+    now_cap = cal.capacity_at(now)
+    for when, c in cal.steps:
+        if when > now and c < now_cap:
+            return when, now_cap, c
+    return None
 
 
 def fill_room(room: Shape, cands: list[DemandClass], remaining: dict[str, int],

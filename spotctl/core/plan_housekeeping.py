@@ -4,25 +4,39 @@
 drain, delete, cordon, uncordon), runs the next round of each drain under way and returns failed
 nodes; the work on nodes about to go becomes replacement demand. :func:`protect_windows` tells
 each node's schedulers by when its work must end when a reservation takes its host.
+
+Each advised node (cordoned for an advisory: no new work) is explained, grouped by pool, host and
+notice: which notice, when its host is taken back and when the node is drained (:func:`advised_line`).
 """
 
 from __future__ import annotations
 
 from .budget import Priority
+from .config import Policy
 from .lifecycle import bound_schedulers, forced_round
-from .models import ActionKind, NodeState, Notice, Scheduler
-from .notices import calendar_notice, decide_notice, node_protection
+from .models import ActionKind, NodeState, Notice, NoticeKind, Scheduler
+from .notices import advisory_stage, calendar_notice, decide_notice, node_protection
 from .plan_input import REPLACEMENT, DemandClass, NodeView
 from .plan_state import PlanState
+from .textfmt import duration_text, when_text
+from .timefmt import iso
 
 
 def housekeeping(st: PlanState) -> None:
     """Reclaim handling, advisories, drains under way and failed builds, for every node in order; then
-    one replacement demand class per node whose running work must move."""
+    one replacement demand class per node whose running work must move; then why nodes are advised."""
+    # (pool, host, from our calendar, not registered yet, kind, reason, deadline) -> the nodes' notices
+    advised: dict[tuple[str, str, bool, bool, str, str, float], list[Notice]] = {}
     for n in st.inp.nodes:
         notice = node_notice(st, n)
         d = decide_notice(notice, n.state, st.now, st.inp.policy, cordoned=n.cordoned,
                           cordoned_by_us=n.cordoned_by_us, known=n.known, running=n.running)
+        if d is not None and notice is not None and notice.kind is not NoticeKind.HARD and d.leaving \
+                and d.kind in (ActionKind.CORDON, None):
+            unregistered = d.kind is None and not n.cordoned and not n.known
+            key = (n.pool, n.host or "-", n.notice is None, unregistered, str(notice.kind), notice.reason,
+                   -1.0 if notice.deadline is None else notice.deadline)
+            advised.setdefault(key, []).append(notice)
         if d is not None:
             if d.leaving:
                 st.leaving.add(n.id)
@@ -37,6 +51,35 @@ def housekeeping(st: PlanState) -> None:
             if st.tokens(Priority.CONSOLIDATION, 1):
                 st.add(ActionKind.DELETE, Priority.CONSOLIDATION, "instance failed to build", node=n.id, pool=n.pool)
     replacement_demand(st)
+    for (pool, host, from_calendar, unregistered, *_), notices in sorted(advised.items()):
+        st.explain.append(advised_line(pool, host, notices, from_calendar, st.now, st.inp.policy,
+                                       unregistered=unregistered))
+
+
+def advised_line(pool: str, host: str, notices: list[Notice], from_calendar: bool, now: float, policy: Policy,
+                 *, unregistered: bool = False) -> str:
+    """Why nodes of ``pool`` on ``host`` are advised (cordoned: no new work) for their ``notices`` (one each,
+    alike), and what comes next: the host taken back at the deadline, replacements pre-spun, the drain.
+    ``unregistered``: still booting, unknown to their schedulers: cordoned once they register."""
+    notice, count = notices[0], len(notices)
+    if from_calendar:
+        why = (f"the calendar advisory (a reservation takes the host; announced "
+               f"{duration_text(policy.calendar_advisory_seconds)} ahead)")
+    else:
+        what = "calendar notice" if notice.kind is NoticeKind.CALENDAR else "advisory"
+        why = (f"the provider's {what} {notice.id}" if count == 1 else f"the provider's {what}s") + (
+            f" ({notice.reason})" if notice.reason else "")
+    state = "to be advised once they register" if unregistered else "advised"
+    head = f"{pool}: {count} node{'s' if count != 1 else ''} on host {host} {state} (cordoned: no new work) for {why}"
+    if notice.deadline is None:
+        return head + (f"; no deadline: drained from {iso(notice.issued_at + policy.advisory_drain_seconds, sep=' ')} "
+                       f"unless it clears first")
+    drain_at = notice.deadline - policy.drain_seconds - policy.advisory_drain_margin_seconds
+    stage = advisory_stage(notice, now, policy)
+    prespin = ("replacements pre-spun now" if stage == "prespin" else
+               f"replacements pre-spun from {iso(notice.deadline - policy.advisory_prespin_lead_seconds, sep=' ')}")
+    return head + (f"; the host is taken back at {when_text(notice.deadline, now)}; {prespin}, "
+                   f"drained from {iso(drain_at, sep=' ')}")
 
 
 def node_notice(st: PlanState, n: NodeView) -> Notice | None:
@@ -112,9 +155,9 @@ def protect_windows(st: PlanState) -> None:
         if until is None:
             why = "no reservation takes its host any more: lift the run-time window"
         else:
-            why = (f"a reservation takes host {n.host} at {int(reclaim_at or 0)}: work must end by "
-                   f"{int(until)} ({int(until - now)}s from now)")
+            why = (f"a reservation takes host {n.host} at {iso(reclaim_at or 0, sep=' ')}: work must end by "
+                   f"{when_text(until, now)}")
             if closed:
-                why += f"; shorter than the work that could land ({longest}s): no new work"
+                why += f"; shorter than the work that could land ({duration_text(longest)}): no new work"
         st.add(ActionKind.PROTECT, Priority.RECLAIM, why, node=n.id, pool=n.pool,
                inputs={"until": until, "closed": closed, "host": n.host, "longest_seconds": longest})

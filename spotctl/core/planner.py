@@ -27,7 +27,7 @@ from typing import Any
 from .actions import Plan
 from .budget import Priority
 from .models import ActionKind, NodeState
-from .plan_demand import fill_existing, nodes_by_pool, pack_new, pool_score
+from .plan_demand import fill_existing, next_drop, nodes_by_pool, pack_new, pool_score
 from .plan_housekeeping import housekeeping, protect_windows
 from .plan_input import PlanInput
 from .plan_state import PlanState
@@ -82,7 +82,8 @@ def summary(st: PlanState) -> Plan:
         "classes": [d.to_dict() for d in inp.demand[:50]],  # largest first, with up to 20 unit ids each
     }
     inputs = {**st.base_inputs, "plan_input_digest": inp.digest(), "budget": inp.budget.to_dict(),
-              "no_notice_pools": sorted(inp.no_notice_pools)}
+              "no_notice_pools": sorted(inp.no_notice_pools),
+              "currency": inp.rate_card.currency if inp.rate_card else None}  # of every price in the plan
     ordered = sorted(enumerate(st.actions), key=lambda ia: (ia[1].priority, ia[0]))
     actions = tuple(replace(a, id=f"{st.plan_id}-{i:03d}") for i, (_, a) in enumerate(ordered))
     return Plan(id=st.plan_id, region=inp.region, now=inp.now, actions=actions,
@@ -92,20 +93,18 @@ def summary(st: PlanState) -> Plan:
 
 
 def pool_summaries(st: PlanState) -> list[dict[str, Any]]:
-    """Per pool: shape, price and score, headroom, our nodes, risk, and the calendar's next drop."""
+    """Per pool: shape, price and score, headroom (``headroom``: new nodes of its shape that fit now, host by
+    host; ``capacity``: spot nodes it can hold in all, ours included), our nodes (``nodes``, against its
+    ``max_nodes``), risk, whether it plans under the no-notice policy, and the calendar's next drop."""
     inp, now = st.inp, st.now
     nodes = nodes_by_pool(inp)
     out = []
     for name, pool in inp.pools.items():
         hr = inp.headroom.get(name)
         cal = inp.calendars.get(name)
-        nxt = None
-        if cal:
-            now_cap = cal.capacity_at(now)
-            for when, c in cal.steps:
-                if when > now and c < now_cap:
-                    nxt = {"at": when, "capacity": c}
-                    break
+        drop = next_drop(cal, now) if cal else None
+        # when the forward calendar next lowers the pool's spot capacity (ours included), from what to what
+        nxt = None if drop is None else {"at": drop[0], "capacity": drop[2], "capacity_before": drop[1]}
         price = st.prices.get(name)
         advisories, reclaims = inp.advisories.get(name, 0), inp.recent_reclaims.get(name, 0)
         out.append({

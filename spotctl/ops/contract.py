@@ -71,7 +71,13 @@ def facts(rt: Runtime, snap: Snapshot) -> ContractFacts:
 
 def evaluate(rt: Runtime, snap: Snapshot) -> dict:
     """Each term per pool, with evidence, from this pass's observation and the notices on record."""
-    return evaluate_terms(rt.region.name, rt.region.pools, facts(rt, snap))
+    report = evaluate_terms(rt.region.name, rt.region.pools, facts(rt, snap))
+    if log.isEnabledFor(logging.INFO):
+        by_state: dict[str, list[str]] = {}
+        for name, p in report["pools"].items():
+            by_state.setdefault(p["state"], []).append(name + (f" ({', '.join(p['failing'])})" if p["failing"] else ""))
+        log.info("contract: %s", "; ".join(f"{state} {', '.join(names)}" for state, names in sorted(by_state.items())))
+    return report
 
 
 def record_changes(rt: Runtime, report: dict) -> list[dict]:

@@ -12,7 +12,9 @@ at receipt; the node was drained before the deadline; no running work was
 lost; the capacity was returned (deleted, allocations freed) by the deadline.
 Plus the time to a replacement when work had to move. The rules (scoring, when
 to stop, when a victim is handled) are pure functions in :mod:`spotctl.core.drill`;
-this module gathers what was recorded into its facts and records the drill.
+this module runs and records the drill, :mod:`spotctl.ops.drill_record` reads the
+record back and gathers its facts. Before the first wave, :func:`select_when_ready`
+waits (bounded, a pass at a time) for a pool's booting nodes.
 """
 
 from __future__ import annotations
@@ -26,24 +28,19 @@ import socket
 from collections.abc import Callable
 
 from spotctl.core.budget import Priority
-from spotctl.core.contract import SeenNotice
-from spotctl.core.drill import (
-    MIN_NOTICE_SECONDS,
-    DrainRound,
-    DrillFacts,
-    SeenTransition,
-    VictimFacts,
-    stop_reason,
-    victim_handled,
-)
-from spotctl.core.drill import score as score_drill
-from spotctl.core.errors import ConfigError, NotFoundError, RefusedError, StateError, UsageError
+from spotctl.core.drill import MIN_NOTICE_SECONDS, replacement_settled, shortfall_ready_at, stop_reason, victim_handled
+from spotctl.core.errors import ConfigError, RefusedError, StateError, UsageError
 from spotctl.core.models import NodeState
 from spotctl.core.ports import ReclaimPort
+from spotctl.core.timefmt import iso
 
 from .contract import seen_notice
+from .drill_record import INDEX_KEY, drills, facts, key, load, replacements, report, status
 from .reconcile import run_pass
 from .runtime import Runtime
+
+__all__ = ["ACTIVE_KEY", "abort", "drills", "facts", "load", "replacements", "report", "run", "select",
+           "select_when_ready", "start", "status"]
 
 log = logging.getLogger(__name__)
 
@@ -51,33 +48,12 @@ ACTIVE_KEY = "drill:active"
 MIN_NOTICE = MIN_NOTICE_SECONDS
 
 
-def _key(drill_id: str) -> str:
-    return f"drill:{drill_id}"
-
-
-def load(rt: Runtime, drill_id: str) -> dict:
-    raw = rt.store.get_value(_key(drill_id))
-    if raw is None:
-        raise NotFoundError(f"no drill {drill_id!r} in region {rt.region.name!r}",
-                            hint="`spotctl exercise-reclaim list` shows the region's drills")
-    return json.loads(raw)
-
-
 def _save(rt: Runtime, drill: dict) -> None:
-    rt.store.set_value(_key(drill["id"]), json.dumps(drill, sort_keys=True), rt.now())
-    index = json.loads(rt.store.get_value("drill:index") or "[]")
+    rt.store.set_value(key(drill["id"]), json.dumps(drill, sort_keys=True), rt.now())
+    index = json.loads(rt.store.get_value(INDEX_KEY) or "[]")
     if drill["id"] not in index:
         index.append(drill["id"])
-        rt.store.set_value("drill:index", json.dumps(index[-200:]), rt.now())
-
-
-def drills(rt: Runtime) -> list[dict]:
-    out = []
-    for d in json.loads(rt.store.get_value("drill:index") or "[]")[::-1]:
-        x = load(rt, d)
-        out.append({k: x[k] for k in ("id", "pool", "status", "started_at", "finished_at") if k in x}
-                   | {"victims": len(x["victims"])})
-    return out
+        rt.store.set_value(INDEX_KEY, json.dumps(index[-200:]), rt.now())
 
 
 def select(rt: Runtime, pool: str, count: int | None, percent: float | None, notice: int, advisory_lead: int) -> dict:
@@ -105,13 +81,14 @@ def select(rt: Runtime, pool: str, count: int | None, percent: float | None, not
     cap = math.floor(len(live) * rt.region.policy.drill_max_pool_pct / 100)
     facts = {"pool": pool, "count": count, "candidates": len(candidates), "pool_nodes": len(live),
              "max_by_policy": cap, "notice_seconds": notice, "advisory_lead_seconds": advisory_lead}
+    if not live:  # nothing to take a share of: say what the pool lacks, not that 1 is over 0 %
+        raise _not_ready(rt, pool, count, 0, live, facts)
     if count > cap:
         raise RefusedError(f"a drill may take at most {rt.region.policy.drill_max_pool_pct:g}% of pool {pool} "
                            f"({cap} of {len(live)} nodes); asked for {count}", details=facts,
                            hint="lower --count, or raise policy.drill_max_pool_pct")
     if count > len(candidates):
-        raise RefusedError(f"pool {pool} has {len(candidates)} active nodes without a notice; asked for {count}",
-                           details=facts)
+        raise _not_ready(rt, pool, count, len(candidates), live, facts)
     active = rt.store.get_value(ACTIVE_KEY)
     if active and load(rt, active)["status"] == "running":
         owner = load(rt, active).get("owner") or {}
@@ -122,6 +99,74 @@ def select(rt: Runtime, pool: str, count: int | None, percent: float | None, not
     seed = f"{rt.region.name}|{pool}|{rt.now()}"
     chosen = sorted(candidates, key=lambda n: hashlib.sha1(f"{seed}|{n.id}".encode()).hexdigest())[:count]
     return {**facts, "victims": [{"node": n.id, "instance_id": n.instance_id} for n in chosen]}
+
+
+BOOTING = (NodeState.INTENDED, NodeState.BUILDING)
+#: seconds past the expected boot that the suggested --wait-ready allows (a pass must then see them active)
+WAIT_READY_SLACK = 30
+
+
+def _not_ready(rt: Runtime, pool: str, count: int, active: int, live: list, facts: dict) -> RefusedError:
+    """The refusal when a pool has too few active nodes without a notice: what the others are doing, and
+    when enough of its booting nodes are expected active (each one's launch time + the pool's boot time)."""
+    boot = rt.region.pool(pool).boot_seconds
+    booting = [n.created_at + boot for n in live if n.state in BOOTING]
+    others: dict[str, int] = {}
+    for n in live:
+        if n.state not in BOOTING and not (n.state is NodeState.ACTIVE and not n.notice_id):
+            label = "active with a notice" if n.state is NodeState.ACTIVE else str(n.state)
+            others[label] = others.get(label, 0) + 1
+    now = rt.now()
+    ready_at = shortfall_ready_at(count - active, booting)
+    msg = f"pool {pool} has {active} active nodes without a notice; asked for {count}"
+    if others:
+        msg += " (not eligible: " + ", ".join(f"{k} {v}" for k, v in sorted(others.items())) + ")"
+    details = {**facts, "active": active, "booting": len(booting), "boot_seconds": boot, "ready_at": ready_at,
+               "not_eligible": others}
+    if ready_at is None:
+        msg += f"; only {len(booting)} more are booting" if booting else "; none is booting"
+        return RefusedError(msg, details=details, hint=f"launch more first (`spotctl launch --pool {pool}`; they "
+                                                        f"boot in about {boot} s), or drill fewer")
+    when = iso(ready_at, sep=" ")
+    if ready_at > now:
+        msg += (f"; {len(booting)} more are booting: enough of them are expected active at {when} (in "
+                f"{math.ceil(ready_at - now)} s: each node's launch time + the pool's boot time of {boot} s)")
+        wait = math.ceil(ready_at - now) + WAIT_READY_SLACK
+        hint = (f"run the same command with --wait-ready {wait} (it runs a reconcile pass when they are due and "
+                f"starts the drill once they are active), or run `spotctl reconcile` after {when} and try again")
+    else:
+        msg += (f"; {len(booting)} booting nodes were expected active by {when} (their launch time + the "
+                f"pool's boot time of {boot} s): no reconcile pass has seen them active since")
+        hint = "run `spotctl reconcile` and try again, or add --wait-ready SECONDS (it runs passes until then)"
+    return RefusedError(msg, details=details, hint=hint)
+
+
+def select_when_ready(rt: Runtime, pool: str, count: int | None, percent: float | None, notice: int,
+                      advisory_lead: int, *, wait_ready: float, tick: Callable[[], None],
+                      progress: Callable[[dict], None] = lambda _: None) -> dict:
+    """:func:`select`, waiting up to ``wait_ready`` seconds for the pool's booting nodes when too few are
+    active yet and enough are expected active within that time (the refusal's ``ready_at``).
+
+    Nothing waits inside a pass: this runs one reconcile pass at once (nodes may have booted since the
+    last one) and then one after each ``tick()`` once they are due, each under the region lock and
+    released in between. ``progress`` gets what is awaited at each step. Still short at the end (or when
+    they cannot make it in time): the refusal, saying when they will be ready."""
+    t_end = rt.now() + wait_ready
+    passed_at: float | None = None
+    while True:
+        try:
+            return select(rt, pool, count, percent, notice, advisory_lead)
+        except RefusedError as e:
+            at = e.details.get("ready_at")
+            now = rt.now()
+            if wait_ready <= 0 or at is None or at > t_end or now >= t_end:
+                raise
+            if passed_at is None or (now >= at and now > passed_at):
+                run_pass(rt)  # marks the nodes that have booted active
+                passed_at = rt.now()
+                continue
+            progress({**e.details, "pool": pool, "now": now, "until": t_end, "message": e.message})
+        tick()
 
 
 def start(rt: Runtime, selection: dict) -> dict:
@@ -147,10 +192,23 @@ def start(rt: Runtime, selection: dict) -> dict:
     return drill
 
 
-def _issue_wave(rt: Runtime, drill: dict) -> None:
+#: how long a wave may wait for its tokens (the drill class keeps a reserve for every class above it)
+TOKEN_WAIT_SECONDS = 300
+
+
+def _issue_wave(rt: Runtime, drill: dict) -> bool:
+    """Send the next wave's reclaim calls, one token of the "drill" class each; False (nothing sent) while
+    the budget cannot cover them yet: the wave waits for the bucket to refill, up to TOKEN_WAIT_SECONDS."""
     wave = drill["waves"][drill["issued"]]
-    if rt.take_token(Priority.DRILL, len(wave)) < len(wave):
-        raise RefusedError("the token budget cannot cover this wave of reclaim calls now")
+    now = rt.now()
+    if rt.bucket().available(Priority.DRILL, now) < len(wave) or rt.take_token(Priority.DRILL, len(wave)) < len(wave):
+        drill.setdefault("tokens_short_since", now)
+        b = rt.bucket()
+        drill["waiting_for"] = (f"{len(wave)} token(s) for wave {drill['issued'] + 1} (the drill class leaves "
+                                f"{b.reserve(Priority.DRILL):g} of {b.burst} to higher classes; refills {b.rate:g}/s)")
+        return False
+    drill.pop("tokens_short_since", None)
+    drill["waiting_for"] = None
     ids, errors = _reclaim(rt, [v["instance_id"] for v in wave], drill)
     now = rt.now()
     for x in drill["victims"]:
@@ -163,6 +221,7 @@ def _issue_wave(rt: Runtime, drill: dict) -> None:
     rt.store.audit(actor=rt.actor, action="drill.reclaim", target=drill["pool"], result=result,
                    inputs={"drill": drill["id"], "wave": drill["issued"], "nodes": [v["node"] for v in wave],
                            **({"refused": errors} if errors else {})}, at=now)
+    return True
 
 
 def _reclaim(rt: Runtime, instance_ids: list[str], drill: dict) -> tuple[dict[str, str | None], dict[str, str]]:
@@ -186,12 +245,21 @@ def _reclaim(rt: Runtime, instance_ids: list[str], drill: dict) -> tuple[dict[st
 
 
 def _stop_condition(rt: Runtime, drill: dict, last_pass) -> str | None:
+    short = drill.get("tokens_short_since")
+    if short is not None and rt.now() - short >= TOKEN_WAIT_SECONDS:
+        return (f"the token budget could not cover wave {drill['issued'] + 1} for {TOKEN_WAIT_SECONDS} s "
+                "(higher classes used it)")
     demand = last_pass.plan.demand if last_pass is not None and last_pass.plan is not None else None
     return stop_reason((seen_notice(n) for n in rt.store.notices_since(drill["started_at"])), demand,
                        rt.region.policy.drill_min_served_pct)
 
 
 def _done(rt: Runtime, drill: dict) -> bool:
+    """Every victim handled (:func:`victim_handled`), and every replacement launched for one active or
+    given up on (:func:`replacement_settled`), so that the time to a replacement is measured."""
+    now = rt.now()
+    if not all(replacement_settled(r, now) for rs in replacements(rt, drill).values() for r in rs):
+        return False
     for v in drill["victims"]:
         asked = "reclaimed_at" in v and "reclaim_error" not in v  # only then does its node matter
         node = rt.store.find_node(v["node"]) if asked else None
@@ -272,57 +340,6 @@ def _finish(rt: Runtime, drill: dict) -> dict:
             "drill": drill["id"], "pool": drill["pool"], "status": drill["status"], "score": rep["score"],
             "abort_reason": drill["abort_reason"]}, rt.now())
     return rep
-
-
-def status(rt: Runtime, drill_id: str) -> dict:
-    drill = load(rt, drill_id)
-    states = {}
-    for v in drill["victims"]:
-        node = rt.store.find_node(v["node"])
-        states[v["node"]] = str(node.state) if node else "unknown"
-    return {"id": drill["id"], "pool": drill["pool"], "status": drill["status"], "waves": len(drill["waves"]),
-            "issued": drill["issued"], "victims": states, "abort_reason": drill["abort_reason"],
-            "started_at": drill["started_at"], "now": rt.now()}
-
-
-def report(rt: Runtime, drill_id: str) -> dict:
-    """Score a drill (:func:`spotctl.core.drill.score`) from what was recorded: notices, transitions,
-    accepted drain rounds (audit records), activations."""
-    drill = load(rt, drill_id)
-    return {"id": drill["id"], "region": drill["region"], "pool": drill["pool"], "status": drill["status"],
-            "abort_reason": drill["abort_reason"], "started_at": drill["started_at"],
-            "finished_at": drill["finished_at"], "notice_seconds": drill["notice_seconds"],
-            **score_drill(facts(rt, drill))}
-
-
-def facts(rt: Runtime, drill: dict) -> DrillFacts:
-    """What was recorded of a drill's victims, as the facts its score is computed from."""
-    notices = {n["id"]: seen_notice(n) for n in rt.store.notices_since(drill["started_at"] - 1)}
-    hard_by_instance: dict[str | None, SeenNotice] = {}
-    for n in notices.values():
-        if n.kind == "hard":
-            hard_by_instance.setdefault(n.instance_id, n)
-    drains: dict[str, DrainRound] = {}  # node -> its first drain round every bound scheduler accepted
-    for a in rt.store.audit_query(since=drill["started_at"] - 1, action="node.drain"):
-        if a["result"] == "ok" and a["target"] not in drains:
-            inputs = a.get("inputs") or {}
-            drains[a["target"]] = DrainRound(at=a["at"], running=(inputs["running"] or 0) if "running" in inputs
-                                             else None)
-    victims = []
-    for v in drill["victims"]:
-        if "reclaim_error" in v or "reclaimed_at" not in v:
-            victims.append(VictimFacts(node=v["node"], instance_id=v.get("instance_id"),
-                                       reclaim_error=v.get("reclaim_error")))
-            continue
-        victims.append(VictimFacts(
-            node=v["node"], instance_id=v.get("instance_id"), reclaimed_at=v["reclaimed_at"],
-            hard_notice=hard_by_instance.get(v.get("instance_id")), first_notice=notices.get(v.get("notice_id") or ""),
-            drain=drains.get(v["node"]),
-            transitions=tuple(SeenTransition(t["to_state"], t["at"], t["reason"] or "")
-                              for t in rt.store.transitions(v["node"])),
-            activations=tuple(rt.store.activations_since(v["reclaimed_at"]))))
-    return DrillFacts(notice_seconds=drill["notice_seconds"],
-                      advisory_lead_seconds=drill.get("advisory_lead_seconds", 0), victims=tuple(victims))
 
 
 def abort(rt: Runtime, drill_id: str, reason: str | None = None) -> dict:

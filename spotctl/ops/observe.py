@@ -12,6 +12,10 @@ sources only return values, and only :func:`observe` applies them to the snapsho
 Ports that run in this process (the simulator's; ``remote`` not set) are read inline
 and in order where the runtime asks for no concurrency (``simulate``, the demo
 region): no deadline applies to them, so a simulation stays deterministic.
+
+Logged (``spotctl -v``, info): what each source returned and how long it took, the observe phase's
+time, and the planner's input and output (:func:`plan_input`, :func:`planned`); ``-vv`` (debug):
+each pool's headroom and each planned action.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
 from spotctl.core import deadline
+from spotctl.core.actions import Plan
 from spotctl.core.capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, forward_calendar, headroom
 from spotctl.core.errors import AuthError, ConfigError, SpotctlError
 from spotctl.core.lifecycle import plannable
@@ -43,6 +49,7 @@ from spotctl.core.models import (
     WorkUnit,
 )
 from spotctl.core.plan_input import PlanInput, build_input
+from spotctl.core.planner import plan as make_plan
 from spotctl.core.ports import ProviderStatus, ReclaimPort, SchedulerPort
 
 from .runtime import Runtime
@@ -116,6 +123,8 @@ def observe(rt: Runtime, budget: ObserveBudget | None = None) -> Snapshot:
     if isinstance(rt.contract, ReclaimPort) and isinstance(rt.contract, ProviderStatus):
         # the reclaim API's evidence (ops.contract): read with the rest, under the same deadline
         tasks["reclaim_api"] = (rt.contract.status, rt.contract)
+    took: dict[str, float] = {}  # source -> seconds it took (a source past the deadline has none)
+    tasks = {name: (_timed(fn, name, took), port) for name, (fn, port) in tasks.items()}
     if rt.concurrent_observe:
         threaded = dict(tasks)
     else:  # in-process ports inline, in order; a port that crosses the network still in a thread
@@ -140,6 +149,10 @@ def observe(rt: Runtime, budget: ObserveBudget | None = None) -> Snapshot:
     for name, pool in pools.items():
         snap.headroom[name] = headroom(pool, snap.hosts, now)
         snap.calendars[name] = forward_calendar(pool, snap.hosts, snap.reservations, now)
+    _log_sources(tasks, results, took, snap, status, time.monotonic() - started)
+    for name, h in snap.headroom.items():
+        log.debug("pool %s: %d hosts, room for %d spot nodes (%d of them ours), %d more fit now", name, h.hosts,
+                  h.capacity, h.ours, h.free)
     rt.progress(f"observed: {len(snap.hosts)} hosts, {len(snap.units)} pending units, "
                 f"{len(snap.notices)} notices" + (f"; degraded: {', '.join(sorted(snap.degraded))}" if snap.degraded else ""))
     return snap
@@ -147,6 +160,57 @@ def observe(rt: Runtime, budget: ObserveBudget | None = None) -> Snapshot:
 
 #: Sources whose failure is evidence for a contract term, not a degraded pass (ops.contract)
 _EVIDENCE_ONLY = frozenset({"reclaim_api"})
+
+
+def _timed(fn: Callable[[], Any], name: str, took: dict[str, float]) -> Callable[[], Any]:
+    """``fn``, recording in ``took[name]`` how long it ran (the -v log says it)."""
+
+    def run() -> Any:
+        t = time.monotonic()
+        try:
+            return fn()
+        finally:
+            took[name] = time.monotonic() - t
+
+    return run
+
+
+def _said(name: str, result: Any) -> str:
+    """What a source returned, in counts (the -v log's words)."""
+    if name == "cloud":
+        hosts, _quota, reservations, instances = result
+        return (f"{len(hosts)} hosts, {len(instances or [])} instances, {len(reservations)} reservations in the "
+                f"next {HORIZON_SECONDS / 3600:g} h")
+    if name == "rate_card":
+        return "no rate card" if result is None else f"rate card {result.version}, {len(result.prices)} pool prices"
+    if name == "notices":
+        return f"{len(result)} notices" + (f" ({_by(str(n.kind) for n in result)})" if result else "")
+    if name.startswith("scheduler:"):
+        (units, excluded), usage = result
+        return f"{len(units)} pending units, {len(excluded)} not counted as demand, {len(usage)} of our nodes in use"
+    if name == "reclaim_api":
+        return "status call answered"
+    return "read"
+
+
+def _by(names: Iterable[str]) -> str:
+    """Counts by name, for a log line: ``12 cordon, 2 launch``."""
+    return ", ".join(f"{n} {k}" for k, n in sorted(Counter(names).items()))
+
+
+def _log_sources(tasks: dict[str, Task], results: dict[str, Any], took: dict[str, float], snap: Snapshot,
+                 status: dict[str, object], elapsed: float) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for name in tasks:
+        ms = f"{took[name] * 1000:.1f} ms" if name in took else "no answer"
+        why = snap.degraded.get(name, status.get(name))
+        if why is not None or results.get(name) is None and name != "rate_card":
+            log.info("source %s: not read (%s), %s", name, why or "no result", ms)
+        else:
+            log.info("source %s: %s, %s", name, _said(name, results[name]), ms)
+    log.info("observe: %d sources in %.1f ms%s", len(tasks), elapsed * 1000,
+             f", degraded: {', '.join(snap.degraded)}" if snap.degraded else "")
 
 
 def _read_scheduler(s: SchedulerPort, pools: dict[str, PoolSpec]) -> tuple[tuple[list[WorkUnit], list[Exclusion]],
@@ -232,7 +296,7 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
     if no_notice is None:
         without_notices = "notices" in snap.degraded or not rt.contract.provides_notices
         no_notice = frozenset(rt.region.pools) if without_notices else frozenset()
-    return build_input(
+    inp = build_input(
         region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
         headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota,
         rate_card=snap.rate_card, nodes=nodes if nodes is not None else [
@@ -245,6 +309,24 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
         usage_unread=frozenset({k.split(":", 1)[1] for k in snap.degraded if k.startswith("scheduler:")}
                                | ({"kubernetes", "slurm"} - {s.name for s in rt.schedulers})),
     )
+    log.info("plan input: %d of our nodes, %d demand classes, %d units not counted as demand%s; no-notice "
+             "pools: %s; budget %.1f tokens", len(inp.nodes), len(inp.demand), sum(excluded.values()),
+             f" ({', '.join(f'{k}: {v}' for k, v in sorted(excluded.items()))})" if excluded else "",
+             ", ".join(sorted(inp.no_notice_pools)) or "none", inp.budget.tokens)
+    return inp
+
+
+def planned(inp: PlanInput) -> Plan:
+    """The pure planner on ``inp``, its result logged: the actions by kind and the planner's time (-v),
+    and each action with its reason (-vv)."""
+    t = time.perf_counter()
+    p = make_plan(inp)
+    log.info("plan %s: %d actions%s, planned in %.1f ms", p.id, len(p.actions),
+             f" ({_by(str(a.kind) for a in p.actions)})" if p.actions else "", (time.perf_counter() - t) * 1000)
+    for a in p.actions:
+        log.debug("action %s %s%s%s%s: %s", a.id, a.kind, f" pool {a.pool}" if a.pool else "",
+                  f" node {a.node}" if a.node else "", f" count {a.count}" if a.count else "", a.reason)
+    return p
 
 
 def host_reclaims(rt: Runtime, snap: Snapshot) -> dict[str, float]:

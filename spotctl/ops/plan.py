@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from spotctl.core.errors import StateError, UsageError
 from spotctl.core.actions import Plan
+from spotctl.core.errors import StateError, UsageError
 from spotctl.core.plan_input import PlanInput
 from spotctl.core.planner import plan as make_plan
 
 from . import contract
-from .observe import observe, plan_input
+from .observe import observe, plan_input, planned
 from .runtime import Runtime
 
 #: Plan sequence numbers are SQLite INTEGER PRIMARY KEYs: 1 .. 2**63 - 1.
@@ -19,7 +19,7 @@ def show_plan(rt: Runtime) -> tuple[Plan, dict[str, str], list[str]]:
     """The plan, the sources that were unavailable, and those that refused our credentials."""
     snap = observe(rt)
     conformance = contract.evaluate(rt, snap)
-    return (make_plan(plan_input(rt, snap, no_notice=contract.degraded_pools(conformance))), snap.degraded,
+    return (planned(plan_input(rt, snap, no_notice=contract.degraded_pools(conformance))), snap.degraded,
             snap.auth_failed)
 
 

@@ -1,6 +1,7 @@
 """One reconcile pass: load → observe → plan (pure) → act → persist.
 
-Used by ``spot-reconciler`` (the systemd timer's job) and ``spotctl reconcile``.
+Used by ``spot-reconciler`` (the systemd timer's job) and ``spotctl reconcile``. Each phase logs its
+time at info (``spotctl -v``), with what it observed, planned and did (see :mod:`.observe`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ import time
 from dataclasses import dataclass, field
 
 from spotctl.core.actions import Plan
-from spotctl.core.planner import plan as make_plan
 
 from . import contract
 from .act import Outcome, execute, execute_drains, resume
-from .observe import ObserveBudget, Snapshot, observe, plan_input
+from .observe import ObserveBudget, Snapshot, observe, plan_input, planned
 from .relay import DESTINATIONS
 from .relay import relay as relay_outbox
 from .runtime import Runtime, lock_busy
@@ -70,7 +70,8 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
         result.message = lock_busy(rt.store.lock_holder(), time.monotonic() - waited, wait) + "; skipped"
         rt.progress(result.message)
         return result
-    t0 = time.perf_counter()
+    t0 = lap = time.perf_counter()
+    log.info("pass: region lock taken after %.1f ms", (time.monotonic() - waited) * 1000)
     now = result.started_at = rt.now()  # after any wait for the lock
     seq = None
     try:
@@ -78,9 +79,11 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
         seq = None if dry_run else rt.store.start_pass(rt.actor, now)
         if not dry_run:
             result.outcomes.extend(resume(rt))
+            lap = _lap("resume half-done actions", lap)
         # one observe deadline for the pass: the sources are read at once, a late one is degraded
         budget = ObserveBudget(rt.region.policy.observe_deadline_seconds)
         snap = observe(rt, budget)
+        lap = _lap("observe", lap)
         result.degraded = dict(snap.degraded)
         result.auth_failed = list(snap.auth_failed)
         nodes = None
@@ -88,8 +91,10 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
         if not dry_run:
             result.synced, nodes = sync_nodes(rt, snap)
             result.contract_changes = contract.record_changes(rt, conformance)
+        lap = _lap("contract" if dry_run else "contract and node records", lap)
         inp = plan_input(rt, snap, nodes, no_notice=contract.degraded_pools(conformance))
-        plan = make_plan(inp)
+        plan = planned(inp)
+        lap = _lap("plan", lap)
         result.plan = plan
         rt.progress(f"plan {plan.id}: {len(plan.actions)} actions")
         if dry_run:
@@ -101,6 +106,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
                                           "kinds": [a.kind for a in plan.actions]},
                                  plan_input=inp.to_dict())
             result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools, budget))
+            lap = _lap(f"act ({len(result.outcomes)} outcomes)", lap)
     except BaseException as e:  # an error or an interrupt: the pass row says so, not "running" for good
         if seq is not None:
             try:
@@ -115,6 +121,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
     if not dry_run:
         # after the pass lock is released: a slow or unreachable destination holds up no pass or watcher
         result.relay = _relay(rt, result)
+        _lap("relay", lap)
     if result.degraded or any(o.status in ("failed", "partial") and not _fell_back(o, result) for o in result.outcomes):
         if result.status == "ok":
             result.status = "partial"
@@ -125,7 +132,16 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
         rt.store.finish_pass(seq, result.status, {
             "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
             "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
+    log.info("pass%s: ended %s in %.1f ms, %d tokens used, %.1f left", f" {seq}" if seq is not None else "", result.status,
+             result.duration_s * 1000, result.tokens_used, result.tokens_left)
     return result
+
+
+def _lap(phase: str, since: float) -> float:
+    """Log how long a phase of the pass took (-v); the time it ended."""
+    now = time.perf_counter()
+    log.info("pass: %s in %.1f ms", phase, (now - since) * 1000)
+    return now
 
 
 def _relay(rt: Runtime, result: PassResult) -> dict:
@@ -180,7 +196,7 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str],
         # draws on what is left of the pass's observe deadline (a source still late: no fallback launch).
         rt.progress(f"launch failed in {', '.join(p or '?' for p in failed_pools)}: re-planning without it")
         snap = observe(rt, budget)
-        current = make_plan(plan_input(rt, snap, no_notice=no_notice))
+        current = planned(plan_input(rt, snap, no_notice=no_notice))
         if not any(a.kind == "launch" for a in current.actions):
             break
     return outcomes

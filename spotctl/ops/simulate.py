@@ -2,8 +2,10 @@
 
 The reconciler runs against a fresh simulated world exactly as the timer would
 (one pass per interval), and the world reports cost, demand served, wait
-times, interruptions and notices handled before their deadline. Nothing of the
-region's real state is touched: the simulation keeps its own state database.
+times, interruptions and notices handled before their deadline (each figure
+defined, and how they add up, in :mod:`spotctl.core.sim_report`); this adds the
+reconciler's own tallies. Nothing of the region's real state is touched: the
+simulation keeps its own state database.
 """
 
 from __future__ import annotations

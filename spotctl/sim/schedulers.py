@@ -133,6 +133,7 @@ class Cluster:
         self.held: tuple[list[Held], list[Held]] = ([], [])
         self.running: dict[str, Run] = {}
         self.started: set[str] = set()  # started at least once and not finished
+        self.withdrawn_by: dict[str, int] = {}  # units withdrawn while held, by the hold's reason
         self.waits: list[float] = []
         self.tokens = 0
         self.counters = {"pod": 0, "job": 4700}
@@ -227,6 +228,29 @@ class Cluster:
     def pending_count(self, s: int) -> int:
         return len(self.pending[s]) - len(self._gone[s])
 
+    def waiting(self) -> tuple[int, int]:
+        """Units waiting in both schedulers' queues: (never started, started before and requeued)."""
+        fresh = again = 0
+        started = self.started
+        for s in (0, 1):
+            gone = self._gone[s]
+            for u in self.pending[s]:
+                if u.id in gone:
+                    continue
+                if u.id in started:
+                    again += 1
+                else:
+                    fresh += 1
+        return fresh, again
+
+    def held_by_reason(self) -> dict[str, int]:
+        """Units held (pending but not demand) right now, by reason."""
+        out: dict[str, int] = {}
+        for s in (0, 1):
+            for h in self.held[s]:
+                out[h.reason] = out.get(h.reason, 0) + 1
+        return out
+
     def release_held(self, now: float) -> None:
         for s in (0, 1):
             held = self.held[s]
@@ -240,6 +264,7 @@ class Cluster:
                     self.add_pending(dataclasses.replace(h.unit, submitted_at=h.until))
                 else:
                     self.w.stats["withdrawn"] += 1
+                    self.withdrawn_by[h.reason] = self.withdrawn_by.get(h.reason, 0) + 1
             held[:] = keep
             self.pversion[s] += 1
 
@@ -533,6 +558,7 @@ class Cluster:
             "pending": [[unit_dump(u) for u in self._compact(s)] for s in (0, 1)],
             "held": [[[unit_dump(h.unit), h.reason, h.until, h.then] for h in self.held[s]] for s in (0, 1)],
             "started": sorted(self.started),
+            "withdrawn_by": dict(sorted(self.withdrawn_by.items())),
             "waits": self.waits,
             "tokens": self.tokens,
             "counters": self.counters,
@@ -555,6 +581,7 @@ class Cluster:
             self.set_pending(s, [unit_load(x, it) for x in d["pending"][s]])
             self.held[s][:] = [Held(unit_load(u, it), reason, until, then) for u, reason, until, then in d["held"][s]]
         self.started = set(d["started"])
+        self.withdrawn_by = dict(d.get("withdrawn_by", {}))  # absent in files saved before it was kept
         self.waits = list(d["waits"])
         self.tokens = d["tokens"]
         self.counters = dict(d["counters"])

@@ -31,10 +31,10 @@ import heapq
 import math
 from pathlib import Path
 
+from spotctl.core import sim_report
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import NotFoundError, StateError, TemporaryError
 from spotctl.core.models import PoolClass, Scheduler
-from spotctl.core.stats import percentile
 
 from . import store
 from .cloud import Fleet, Host, SimCloud, build_hosts
@@ -45,8 +45,8 @@ from .schedulers import Cluster, SimScheduler
 from .workload import Workload
 
 STAT_KEYS = (
-    "arrived", "excluded", "started", "completed", "abandoned", "withdrawn", "lost_units", "requeued_units",
-    "launched", "launch_failures", "deleted", "reclaimed", "vanished", "nodes_lost_without_notice",
+    "arrived", "queued_at_start", "excluded", "started", "completed", "abandoned", "withdrawn", "lost_units",
+    "requeued_units", "launched", "launch_failures", "deleted", "reclaimed", "vanished", "nodes_lost_without_notice",
     "notices_hard", "notices_advisory", "notices_calendar", "notices_handled", "notices_missed",
     "surges", "reclaims",
 )
@@ -59,12 +59,6 @@ def fingerprint(region: RegionConfig, seed: int) -> str:
         p = region.pools[name]
         parts.append(f"{name}:{p.kind.value}:{p.pool_class.value}:{p.shape.vcpu}:{p.shape.ram_mb}:{p.shape.gpus}")
     return f"{stable_int(*parts):016x}"
-
-
-def _pct(values: list[float], q: float) -> float:
-    """The report's percentile (:func:`spotctl.core.stats.percentile`, nearest rank); 0.0 without values."""
-    p = percentile(values, q)
-    return 0.0 if p is None else p
 
 
 class SimWorld:
@@ -239,7 +233,9 @@ class SimWorld:
         """Leases already on the calendar, the surge plan, and a backlog of pending work."""
         self._plan(self.now + self._step + 60.0)
         self._arrived_to = self.now - self.knobs.backlog_seconds
+        before = self.stats["arrived"]
         self._arrive(self.now)
+        self.stats["queued_at_start"] += self.stats["arrived"] - before
         # Events already due (reservations taking hosts now) run before anything is placed.
         while self._heap and self._heap[0][0] <= self.now:
             _, _, kind, args = heapq.heappop(self._heap)
@@ -468,48 +464,43 @@ class SimWorld:
 
     # --- report ----------------------------------------------------------------------
 
-    def report(self) -> dict:
-        """What happened since the world began: cost, demand served, interruptions, notices."""
+    def counters(self) -> sim_report.Counters:
+        """What the world counted since it began, for :mod:`spotctl.core.sim_report`."""
         st = self.stats
-        waits = sorted(self.cluster.waits)
-        demand_units = max(0, st["arrived"] - st["excluded"])
-        pending = self.cluster.pending_count(0) + self.cluster.pending_count(1)
-        total = sum(self.cost.values())
+        cl = self.cluster
+        fresh, again = cl.waiting()
+        withdrawn = dict(cl.withdrawn_by)
+        unrecorded = st["withdrawn"] - sum(withdrawn.values())  # worlds saved before reasons were kept
+        if unrecorded > 0:
+            withdrawn["reason not recorded"] = unrecorded
+        return sim_report.Counters(
+            arrived=st["arrived"], queued_at_start=st["queued_at_start"], excluded_at_arrival=st["excluded"],
+            started=st["started"], completed=st["completed"], running=len(cl.running), requeued=again,
+            pending=fresh, abandoned=st["abandoned"], abandon_after_seconds=self.knobs.abandon_after_seconds,
+            held=cl.held_by_reason(), withdrawn=withdrawn,
+            waits=cl.waits, requeued_runs=st["requeued_units"], lost_runs=st["lost_units"],
+            nodes_lost_without_notice=st["nodes_lost_without_notice"],
+            notices={k: st["notices_" + k] for k in ("hard", "advisory", "calendar")},
+            hard_handled=st["notices_handled"], hard_missed=st["notices_missed"],
+            hard_open=sum(1 for n in self.provider.notices.values() if n.kind == "hard"),
+            cost=self.cost, node_seconds=self.node_seconds, currency=self.region.policy.currency)
+
+    def report(self) -> dict:
+        """What happened since the world began: cost, demand served, interruptions, notices. Each figure is
+        defined in :mod:`spotctl.core.sim_report` (and how they add up: see its docstring)."""
+        st = self.stats
+        c = self.counters()
         return {
             "region": self.region.name,
             "start": self.start,
             "end": self.now,
             "hours": round((self.now - self.start) / 3600.0, 4),
             "seed": self.seed,
-            "cost": {
-                "total": round(total, 4),
-                "currency": self.region.policy.currency,
-                "by_pool": {p: round(c, 4) for p, c in sorted(self.cost.items())},
-            },
-            "demand": {
-                "arrived": st["arrived"],
-                "started": st["started"],
-                "completed": st["completed"],
-                "running": len(self.cluster.running),
-                "pending": pending,
-                "excluded": st["excluded"],
-                "abandoned": st["abandoned"],
-                "served_pct": round(100.0 * st["started"] / demand_units, 2) if demand_units else 100.0,
-            },
-            "wait_seconds": {"p50": _pct(waits, 0.5), "p95": _pct(waits, 0.95),
-                             "max": float(waits[-1]) if waits else 0.0},
-            "interruptions": {
-                "lost_units": st["lost_units"],
-                "requeued_units": st["requeued_units"],
-                "nodes_lost_without_notice": st["nodes_lost_without_notice"],
-            },
-            "notices": {
-                "hard": st["notices_hard"],
-                "advisory": st["notices_advisory"],
-                "calendar": st["notices_calendar"],
-                "handled_before_deadline": st["notices_handled"],
-                "missed": st["notices_missed"],
-            },
+            "cost": sim_report.cost(c),
+            "demand": sim_report.demand(c),
+            "wait_seconds": sim_report.waits(c),
+            "interruptions": sim_report.interruptions(c),
+            "notices": sim_report.notices(c),
             "instances": {
                 "launched": st["launched"],
                 "launch_failures": st["launch_failures"],
@@ -518,7 +509,7 @@ class SimWorld:
                 "vanished": st["vanished"],
                 "live": sum(self.fleet.live.values()),
             },
-            "node_hours": {p: round(s / 3600.0, 4) for p, s in sorted(self.node_seconds.items())},
+            "node_hours": sim_report.node_hours(c),
         }
 
     def __repr__(self) -> str:

@@ -1,11 +1,18 @@
-"""spotctl exercise-reclaim on the demo region: a scored report, guardrails, confirmation."""
+"""spotctl exercise-reclaim on the demo region: a scored report, guardrails, confirmation; the README tour's
+drill right after `make demo`, its live display and its report (a golden file:
+``SPOTCTL_UPDATE_GOLDEN=1 pytest tests/cli/test_drill_cli.py`` rewrites ``golden/drill-report.txt``)."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from freezegun import freeze_time
+
+from spotctl.core.drill import CHECKS
+
+from .goldens import assert_golden
 
 
 @pytest.fixture
@@ -54,3 +61,140 @@ def test_drill_guardrails_from_the_cli(cli, clock):
     assert cli("-o", "json", "exercise-reclaim", "--pool", pool, "--count", "1", "--notice", "30", "--yes").code == 2
     assert cli("-o", "json", "exercise-reclaim", "--pool", "nope", "--count", "1", "--yes").code == 5
     assert cli("-o", "json", "exercise-reclaim").code == 2
+
+
+# -- the README tour's drill, right after `make demo` (issue 13, items 1 and 2) -----------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = (("plan",), ("reconcile",), ("status",))  # what `make demo` runs (Makefile), in this order
+TOUR = ("exercise-reclaim", "--pool", "gp-rsv-az2", "--count", "2", "--yes")  # the README tour's drill
+READY = "2026-03-02 10:01:30Z"  # the demo's first VMs: launched at 10:00:00, 90 s to boot
+
+
+@pytest.fixture
+def width(monkeypatch):
+    """A 120-column terminal without colour (tables only; the result is not a terminal)."""
+    import sys
+
+    from rich.console import Console
+
+    from spotctl.cli import render
+
+    monkeypatch.setattr(render, "console", lambda stderr=False: Console(
+        file=sys.stderr if stderr else sys.stdout, width=120, no_color=True, highlight=False, soft_wrap=False,
+        force_terminal=False))
+
+
+def demo(cli):
+    for args in DEMO:
+        r = cli("-o", "table", *args)
+        assert r.code == 0, (args, r.stderr)
+
+
+def test_the_demo_and_the_tour_run_these_commands():
+    make = (ROOT / "Makefile").read_text()
+    demo_target = make[make.index("\ndemo:"):].split("\n\n", 1)[0]
+    assert [f"spotctl -o table {' '.join(a)}" in demo_target for a in DEMO] == [True] * len(DEMO)
+    assert "spotctl " + " ".join(TOUR) in (ROOT / "README.md").read_text()
+
+
+def test_the_tour_drill_works_right_after_the_demo_and_its_report_reads(cli, clock, width):
+    """The demo's VMs boot for 90 s: the drill waits for them (a pass when they are due), then runs and
+    waits for the replacement it launched to become active, so that its time is scored."""
+    demo(cli)
+    r = cli("-o", "json", *TOUR)
+    assert r.code == 0, r.stderr
+    assert f"waiting for pool gp-rsv-az2's nodes to boot: 0 of 2 active, 24 booting; expected active at {READY}" \
+        in r.stderr
+    assert "spotctl: observed:" not in r.stderr  # off a terminal, the passes' own lines only with -v
+    rep = r.json["data"]
+    assert rep["status"] == "done" and rep["score"] == 100.0 and (rep["passed"], rep["checks"]) == (10, 10)
+    assert rep["started_at"] >= 1772445690  # 10:01:30, once the victims were active
+    for v in rep["victims"]:
+        assert [c["name"] for c in v["checks"]] == list(CHECKS)
+        assert all(c["result"] == "met" and c["observed"] is not None and c["threshold"] is not None
+                   for c in v["checks"])
+    moved = [v for v in rep["victims"] if v["replacements"]]
+    assert moved, "a replacement was launched for the work on a victim"
+    for v in moved:
+        (first,) = v["replacements"]
+        assert first["state"] == "active" and v["time_to_replacement_s"] == first["active_after_s"] > 0
+    out = cli("-o", "table", "exercise-reclaim", "report", rep["id"]).stdout
+    for v in rep["victims"]:
+        assert v["node"] in out  # whole ids, never `spot-gp-rs…`
+    assert "…" not in out and "None" not in out
+    assert_golden("drill-report", out)
+
+
+def test_without_waiting_the_refusal_says_when_the_nodes_will_be_ready(cli, clock):
+    demo(cli)
+    r = cli("-o", "json", *TOUR, "--wait-ready", "0")
+    assert r.code == 6
+    (err,) = r.json["errors"]
+    assert err["message"].startswith("pool gp-rsv-az2 has 0 active nodes without a notice; asked for 2; "
+                                     f"24 more are booting: enough of them are expected active at {READY} (in 90 s")
+    assert "--wait-ready 120" in err["hint"] and f"`spotctl reconcile` after {READY}" in err["hint"]
+    # a wait too short for them refuses at once, the same way; nothing waited, nothing reclaimed
+    t0 = time.time()
+    r = cli("-o", "json", *TOUR, "--wait-ready", "30")
+    assert r.code == 6 and f"expected active at {READY}" in r.json["errors"][0]["message"]
+    assert time.time() == t0 and cli("-o", "json", "exercise-reclaim", "list").json["data"]["drills"] == []
+    # booted, but no pass has seen them yet: said so, and how to fix it
+    clock.tick(120)
+    r = cli("-o", "json", *TOUR, "--wait-ready", "0")
+    assert r.code == 6 and "no reconcile pass has seen them active since" in r.json["errors"][0]["message"]
+    assert "spotctl reconcile" in r.json["errors"][0]["hint"]
+    # a pool with nothing booting: nothing to wait for, said at once
+    r = cli("-o", "json", "exercise-reclaim", "--pool", "gp-az1", "--count", "1", "--yes")
+    assert r.code == 6 and "none is booting" in r.json["errors"][0]["message"]
+
+
+def test_on_a_terminal_the_drill_is_one_live_display_and_the_pass_lines_go_inside_it(monkeypatch):
+    """Issue 13, item 2: the pass's progress lines no longer overwrite the drill's status line."""
+    import io
+    import sys
+    from types import SimpleNamespace
+
+    from spotctl.cli.context import AppState
+    from spotctl.cli.drill_live import DrillDisplay
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+
+    def before(message):
+        raise AssertionError("the runtime's own progress hook is not used while the display is open")
+
+    rt = SimpleNamespace(progress=before, lock_wait=None, now=lambda: 1000.0)
+    with DrillDisplay(AppState(), rt) as show:
+        rt.progress("observed: 43 hosts, 46 pending units, 24 notices")
+        show.started({"id": "drill-1", "waves": [["a"], ["b"]]}, 2)
+        show.drill({"id": "drill-1", "pool": "gp", "issued": 1, "waves": 2, "abort_reason": None,
+                    "victims": {"spot-a": "draining", "spot-b": "active"},
+                    "replacements": [{"node": "spot-c", "pool": "gp2", "state": "building", "replaces": "spot-a",
+                                      "active_at": None, "expected_active_at": 1090.0}]})
+        rt.lock_wait.waiting(1, 30, "pid 7: reconcile pass")
+    assert rt.progress is before and rt.lock_wait is None  # handed back
+    out = err.getvalue()
+    assert "spotctl: observed" not in out and "\r" + "observed" not in out
+    for line in ("drill drill-1 started: 2 victim(s) in 2 wave(s)", "spot-a: active → draining",
+                 "replacement spot-c launched in pool gp2 for spot-a"):
+        assert line in out
+    quiet = Tty()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    with DrillDisplay(AppState(quiet=True), SimpleNamespace(progress=before, lock_wait=None, now=lambda: 0.0)) as q:
+        q.event("nothing with -q")
+    assert quiet.getvalue() == ""
+
+
+def test_exercise_reclaim_help_says_the_guardrails_and_gives_examples(cli):
+    r = cli("exercise-reclaim", "--help", env={"COLUMNS": "100"})
+    assert r.code == 0
+    text = " ".join(r.stdout.split())
+    for needed in ("policy.drill_max_pool_pct", "120 s", "One drill at a time per region", "abort DRILL",
+                   "ends the drill aborted", "--wait-ready", "policy.drill_min_served_pct",
+                   "Example: spotctl exercise-reclaim --pool gp-rsv-az2 --count 2 --yes", "--dry-run"):
+        assert needed in text, needed

@@ -24,10 +24,14 @@ class FeedDown:
         return self.inner.notices() + self.extra
 
 
-def test_demo_region_meets_every_term(make_rt):
+def test_demo_region_breaks_no_term(make_rt):
+    """Every term met on its evidence, but the notice term of a pool that has had no hard notice yet: that
+    one is unknown ("no evidence yet"), which is not met and puts no pool under the no-notice policy."""
     rt, world = make_rt()
     report = contract.evaluate(rt, observe(rt))
-    assert report["met"], {n: p["failing"] for n, p in report["pools"].items()}
+    assert {n: p["failing"] for n, p in report["pools"].items() if p["failing"]} == {
+        n: ["notice", "advisory"] for n, p in report["pools"].items() if p["terms"]["notice"]["state"] == "unknown"}
+    assert contract.degraded_pools(report) == frozenset()
     assert set(report["pools"]["gp-az1"]["terms"]) == set(contract.TERMS)
     assert report["pools"]["gp-az1"]["terms"]["rate_card"]["evidence"]["age_s"] <= 300
 
@@ -47,7 +51,8 @@ def test_feed_down_degrades_every_pool_to_no_notice_and_back_with_records(make_r
     assert run_pass(rt).contract_changes == []
     feed.down = False
     r = run_pass(rt)
-    assert r.status == "ok" and {c["to"] for c in r.contract_changes} == {"met"}
+    # back to the normal policy: met, or no evidence yet where a pool has had no hard notice
+    assert r.status == "ok" and {c["to"] for c in r.contract_changes} <= {"met", "unknown:notice,advisory"}
     assert r.plan.inputs["no_notice_pools"] == []
     assert len(rt.store.audit_query(action="contract.restored")) == len(rt.region.pools)
     assert rt.store.verify_audit()[0]
@@ -65,7 +70,7 @@ def test_a_short_lead_notice_degrades_only_its_pool(make_rt):
     report = contract.evaluate(rt, observe(rt))
     assert report["pools"]["gp-az1"]["state"] == "degraded"
     assert report["pools"]["gp-az1"]["terms"]["notice"]["evidence"]["lead_min_s"] == 45.0
-    assert all(p["state"] == "met" for n, p in report["pools"].items() if n != "gp-az1")
+    assert all(p["state"] in ("met", "unknown") for n, p in report["pools"].items() if n != "gp-az1")
     assert "gp-az1" in r.plan.inputs["no_notice_pools"]
 
 
@@ -94,7 +99,8 @@ def test_a_rate_card_older_than_ten_minutes_degrades_and_restores(make_rt):
     assert set(r.plan.inputs["no_notice_pools"]) == set(rt.region.pools)
     feed.frozen = None
     r = run_pass(rt)
-    assert {c["to"] for c in r.contract_changes} == {"met"}
+    assert {c["to"] for c in r.contract_changes} <= {"met", "unknown:notice,advisory"}  # the normal policy again
+    assert len(r.contract_changes) == len(rt.region.pools) and not r.plan.inputs["no_notice_pools"]
 
 
 def test_on_time_notices_restore_a_pool_after_a_late_one(make_rt):

@@ -135,3 +135,44 @@ def test_abort_ends_a_drill_whose_process_died_and_refuses_one_still_running(mak
     with pytest.raises(RefusedError, match="not running"):
         drill.abort(rt, d["id"])
     drill.select(rt, pool, count=1, percent=None, notice=150, advisory_lead=0)
+
+
+def test_right_after_the_first_pass_a_drill_waits_for_the_pools_nodes_to_boot(make_rt):
+    """Issue 13, item 1: the demo's VMs boot for 90 s; a drill then waits for them (bounded, a pass at a
+    time, none while they are not due), or refuses saying when they will be ready."""
+    from spotctl.ops.reconcile import run_pass
+
+    rt, world = make_rt()
+    run_pass(rt)
+    pool = "gp-rsv-az2"
+    boot = rt.region.pool(pool).boot_seconds
+    with pytest.raises(RefusedError, match="expected active at") as e:
+        drill.select(rt, pool, count=2, percent=None, notice=150, advisory_lead=0)
+    ready_at = e.value.details["ready_at"]
+    assert 0 < ready_at - rt.now() <= boot and e.value.details["active"] == 0
+    with pytest.raises(RefusedError, match="expected active at"):  # too short a wait: refused at once
+        drill.select_when_ready(rt, pool, 2, None, 150, 0, wait_ready=10, tick=ticker(rt, world, 5))
+    def passes():
+        return rt.store.conn.execute("SELECT count(*) FROM passes").fetchone()[0]
+
+    before = passes()
+    seen = []
+    sel = drill.select_when_ready(rt, pool, 2, None, 150, 0, wait_ready=300, tick=ticker(rt, world, 5),
+                                  progress=seen.append)
+    assert len(sel["victims"]) == 2 and ready_at <= rt.now() <= ready_at + 5
+    assert seen and all(s["ready_at"] == ready_at and s["active"] == 0 for s in seen)
+    assert passes() - before <= 3  # one at once, then only when they were due (not one per tick)
+
+
+def test_a_wave_the_budget_cannot_cover_yet_waits_for_its_tokens(make_rt):
+    from spotctl.core.budget import Priority
+
+    rt, world, _, d = started(make_rt, count=1)
+    b = rt.region.budget
+    rt.store.take_tokens(b.burst, Priority.RECLAIM, b.rate, b.burst, rt.now())  # higher classes used it all
+    t0 = rt.now()
+    rep = drill.run(rt, d, tick=ticker(rt, world))
+    assert rep["status"] == "done" and rep["score"] == 100.0, rep
+    (wave,) = rt.store.audit_query(action="drill.reclaim")
+    assert wave["at"] > t0  # sent once the bucket had refilled above the drill class's reserve
+    assert drill.load(rt, d["id"])["waiting_for"] is None

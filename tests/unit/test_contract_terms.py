@@ -16,6 +16,7 @@ from spotctl.core.contract import (
     ReclaimApiFacts,
     SeenNotice,
     advisory_term,
+    breaking,
     change_kind,
     degraded_pools,
     evaluate,
@@ -114,14 +115,15 @@ def test_no_notice_feed_or_a_feed_not_read_is_missing_not_met():
 def test_notices_count_for_their_own_pool_only():
     late = SeenNotice("late", T - 10, T + 50, pool="other", instance_id="i-9")
     report = evaluate("demo", ["gp", "other"], all_observed(notices=(late,), rate_card=card(prices={"gp": 1, "other": 2})))
-    assert report["pools"]["gp"]["state"] == "met"
+    assert report["pools"]["gp"]["state"] == "unknown"  # no hard notice of its own: no evidence yet, not met
     # late, and with no advisory before it
     assert report["pools"]["other"]["failing"] == ["notice", "advisory"] and degraded_pools(report) == {"other"}
 
 
 def test_advisory_term():
     unwarned = [SeenNotice(f"h{i}", T, T + 150, instance_id=f"i-{i}") for i in range(3)]
-    assert advisory_term([])["state"] == "met"
+    nothing = advisory_term([])  # no hard notice: nothing to judge the advisories by (not "met")
+    assert nothing["state"] == "unknown" and nothing["evidence"]["error"].startswith("no evidence yet")
     assert advisory_term(unwarned)["evidence"] == {"advisories": 0, "hard_without_advisory": 3}
     assert advisory_term(unwarned)["state"] == "degraded"
     warned = [SeenNotice("a0", T - 60, T + 150, kind="advisory", instance_id="i-0"),
@@ -161,7 +163,9 @@ def test_reclaim_api_term_is_unknown_when_nothing_shows_it_answers():
     # answered: met, whatever the provider says of itself (kept as evidence, not trusted as ours)
     odd = ReclaimApiFacts(offered=True, status_call=True, provider_status="not json")
     assert reclaim_api_term(odd) == {"state": "met", "evidence": {"status_call": "answered", "provider_view": None}}
-    gp = evaluate("demo", ["gp"], all_observed(reclaim=ReclaimApiFacts(offered=True)))["pools"]["gp"]
+    hard = replace(on_time(1, T - 600), pool="gp", instance_id="i-1")  # the notice term met, on its evidence
+    warned = SeenNotice("adv-1", T - 900, T - 450, kind="advisory", instance_id="i-1", pool="gp")
+    gp = evaluate("demo", ["gp"], all_observed(reclaim=ReclaimApiFacts(offered=True), notices=(warned, hard)))["pools"]["gp"]
     assert gp["state"] == "degraded" and gp["failing"] == ["reclaim_api"]  # unknown is not met
 
 
@@ -186,3 +190,25 @@ def test_a_late_notice_seen_between_passes_flips_only_the_notice_term():
     assert p["terms"]["notice"]["evidence"]["last_late"]["id"] == "late"
     assert p["terms"]["rate_card"] == {"state": "degraded", "evidence": {"recorded": "degraded:rate_card"}}
     assert late_notice_report("gp", None, late, T)["pools"]["gp"]["failing"] == ["notice"]
+
+
+def test_no_hard_notice_is_no_evidence_yet_not_met_and_keeps_the_normal_policy():
+    """A notice feed read with no hard notice in the window shows nothing either way: the term is unknown
+    ("no evidence yet"), the pool is not met, and it is not put under the no-notice policy for it."""
+    t = notice_term([], T)
+    assert t["state"] == "unknown" and t["evidence"]["hard_notices"] == 0
+    assert t["evidence"]["error"].startswith("no evidence yet: no hard notice in the last 24 h")
+    report = evaluate("demo", ["gp"], all_observed())
+    gp = report["pools"]["gp"]
+    assert gp["state"] == "unknown" and gp["failing"] == ["notice", "advisory"] and breaking(gp) == []
+    assert not report["met"] and degraded_pools(report) == frozenset()
+    assert recorded_value(gp) == "unknown:notice,advisory"
+    assert change_kind(None, gp) is None and change_kind("met", gp) is None  # no policy changes: nothing to say
+    assert change_kind("degraded:notice", gp) == "restored"  # the late notice aged out: the normal policy again
+    # with a term that is broken too, the pool is degraded by that term only
+    bad = evaluate("demo", ["gp"], all_observed(rate_card=None, rate_card_error="rate_card: HTTP 503"))["pools"]["gp"]
+    assert bad["state"] == "degraded" and bad["failing"] == ["notice", "advisory", "rate_card"]
+    assert recorded_value(bad) == "degraded:rate_card"
+    # a late notice seen between passes flips a pool that had no evidence yet
+    late = SeenNotice("late", T, T + 60, first_seen_at=T)
+    assert late_notice_report("gp", "unknown:notice,advisory", late, T)["pools"]["gp"]["failing"] == ["notice"]

@@ -10,12 +10,16 @@ from spotctl.core.drill import (
     DONE_GRACE_SECONDS,
     DrainRound,
     DrillFacts,
+    ReplacementLaunch,
     SeenTransition,
     VictimFacts,
     deadline,
+    replaced_nodes,
     replacement_seconds,
+    replacement_settled,
     score,
     score_victim,
+    shortfall_ready_at,
     stop_reason,
     victim_handled,
 )
@@ -173,3 +177,46 @@ def test_a_victim_is_handled_when_refused_or_reclaimed_and_gone_or_past_its_grac
     assert not victim_handled(refused=False, reclaimed_at=T, live=True, now=T + NOTICE, notice_seconds=NOTICE)
     assert victim_handled(refused=False, reclaimed_at=T, live=True, now=T + NOTICE + DONE_GRACE_SECONDS,
                           notice_seconds=NOTICE)
+
+
+# -- issue 13: each check's value and threshold, replacements, when a pool's nodes will be ready ---------------
+
+def test_each_check_row_names_its_value_threshold_and_result():
+    row = score_victim(victim(), NOTICE)[0]
+    by = {c["name"]: c for c in row["checks"]}
+    assert list(by) == list(CHECKS) and all(c["result"] == "met" for c in by.values())
+    assert (by["delivery_latency"]["observed"], by["delivery_latency"]["op"], by["delivery_latency"]["threshold"]) \
+        == (0.1, "<=", 1.0)
+    assert (by["notice_lead"]["observed"], by["notice_lead"]["threshold"]) == (150.0, 120)
+    assert (by["drained_before_deadline"]["observed"], by["drained_before_deadline"]["threshold"]) == (1.0, 150.0)
+    assert (by["jobs_lost"]["observed"], by["jobs_lost"]["note"]) == (0, "2 requeued, 0 lost")
+    assert (by["capacity_returned"]["observed"], by["capacity_returned"]["gone_after_s"]) == (60.0, 65.0)
+    # a missed one and an unchecked one say so, with what was (not) seen
+    late = {c["name"]: c for c in score_victim(victim(drain=None), NOTICE)[0]["checks"]}
+    assert late["drained_before_deadline"]["result"] == "missed" and late["drained_before_deadline"]["observed"] is None
+    assert late["jobs_lost"]["result"] == "unchecked" and "no drain round" in late["jobs_lost"]["note"]
+    taken = {c["name"]: c for c in score_victim(victim(transitions=returned(
+        gone_reason="reclaimed after notice ntc-1")), NOTICE)[0]["checks"]}
+    assert taken["capacity_returned"]["result"] == "missed" and "provider" in taken["capacity_returned"]["note"]
+
+
+def test_the_replacement_is_the_launch_whose_reason_names_the_victim():
+    assert replaced_nodes("replacement capacity for spot-a, spot-b: 1 × gp-az1 (8 vCPU/32 GiB) at 0.2525 EUR") \
+        == ("spot-a", "spot-b")
+    assert replaced_nodes("9 pending units: 5 × gp-az1 (8 vCPU/32 GiB)") == ()
+    rep = ReplacementLaunch("spot-r", "gp2", launched_at=T + 2, active_at=T + 92, state="active", boot_seconds=90)
+    v = victim(replacements=(rep,), activations=(("other", T + 30),))
+    assert replacement_seconds(v) == 92.0  # its own replacement, not another launch that came up first
+    row = score_victim(v, NOTICE)[0]
+    assert row["time_to_replacement_s"] == 92.0 and row["replacements"][0]["active_after_s"] == 92.0
+    booting = ReplacementLaunch("spot-r", "gp2", launched_at=T, boot_seconds=90, state="building")
+    assert replacement_seconds(victim(replacements=(booting,))) is None  # launched, not active yet
+    assert not replacement_settled(booting, T + 90 + DONE_GRACE_SECONDS - 1)
+    assert replacement_settled(booting, T + 90 + DONE_GRACE_SECONDS)  # a slow boot does not hold a drill forever
+    assert replacement_settled(rep, T) and replacement_settled(ReplacementLaunch("x", "p", T, state="failed"), T)
+
+
+def test_when_enough_of_a_pools_booting_nodes_are_expected_active():
+    assert shortfall_ready_at(2, [T + 90, T + 30, T + 60]) == T + 60  # the 2nd to come up
+    assert shortfall_ready_at(4, [T + 90, T + 30, T + 60]) is None  # too few booting
+    assert shortfall_ready_at(1, []) is None
