@@ -272,7 +272,9 @@ def test_bookmarks_keep_a_quiet_watch_current(k8s, a, lab):
     server_rv = k8s.stats()["resourceVersion"]
     assert _ids(sched, lab.pools) == [f"pod/{a}/mine"]
     assert sched.stats["bookmarks"] >= 1
-    assert sched.cache.rv == server_rv
+    # at least the server's version when the changes were made (the test server's versions are integers;
+    # another client's write after that read moves it on, and the bookmark carries that too)
+    assert int(sched.cache.rv) >= int(server_rv)
     k8s.admin("compact")
     assert _ids(sched, lab.pools) == [f"pod/{a}/mine"]
     assert sched.stats["expired"] == 0 and sched.stats["lists"] == 1
