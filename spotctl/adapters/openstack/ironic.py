@@ -133,11 +133,15 @@ class Ironic:
         picks the node in the background, and a later pass deploys it (:meth:`deploy`, step "deploy").
         CapacityError at once when no node of the class is free (counting claims still allocating)."""
         bm = self.api.conn.baremetal
-        # claims first, nodes second: a claim that gets its node in between counts twice (safe), never zero times
+        # claims first, nodes second, so a claim is never counted zero times; one that got its node in
+        # between is counted through its node only (not twice: that refused a node that was free)
         waiting = [a for a in self.api.call("ironic list allocations",
                                             lambda: list(bm.allocations(state="allocating")))
                    if a.resource_class == pool.resource_class]
-        free = [n for n in self.nodes(pool.resource_class) if _free(n)]
+        nodes = self.nodes(pool.resource_class)
+        placed = {n.allocation_id for n in nodes if n.allocation_id}
+        waiting = [a for a in waiting if a.id not in placed]
+        free = [n for n in nodes if _free(n)]
         if len(free) <= len(waiting):
             raise CapacityError(f"pool {pool.name}: no available {pool.resource_class} node "
                                 f"({len(free)} free, {len(waiting)} claim(s) allocating)", details={"pool": pool.name})
