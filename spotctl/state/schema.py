@@ -20,7 +20,7 @@ from spotctl.core.errors import StateError
 from spotctl.core.models import NodeState
 from spotctl.state.dbfile import RESTORE, bad_value, clip, open_error, read_only_error, sqlite_error, writable_dir
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -83,6 +83,17 @@ MIGRATIONS: dict[int, str] = {
     4: """
     ALTER TABLE nodes ADD COLUMN protected_until REAL;
     ALTER TABLE nodes ADD COLUMN protect_closed INTEGER NOT NULL DEFAULT 0;
+    """,
+    5: """
+    CREATE INDEX nodes_instance ON nodes(instance_id);
+    CREATE INDEX nodes_updated ON nodes(state, updated_at);
+    CREATE INDEX transitions_at ON transitions(at);
+    CREATE INDEX actions_updated ON actions(updated_at);
+    CREATE INDEX outbox_undelivered ON outbox(kind, id) WHERE delivered_at IS NULL;
+    CREATE INDEX outbox_delivered ON outbox(delivered_at) WHERE delivered_at IS NOT NULL;
+    CREATE INDEX audit_at ON audit(at);
+    CREATE INDEX plans_at ON plans(at);
+    CREATE INDEX passes_started ON passes(started_at);
     """,
 }
 
