@@ -38,13 +38,15 @@ def state_path(config: Config, region: str) -> Path:
 
 def build_runtime(config: Config, region_name: str | None = None, *, clock: Clock | None = None,
                   actor: str | None = None, progress=None):
+    from spotctl.ops.relay import queued_kinds
     from spotctl.ops.runtime import Runtime, os_actor
     from spotctl.state.store import Store
 
     region = config.region(region_name)
     clock = clock or SystemClock()
     path = state_path(config, region.name)
-    store = Store.open(path, region.name)  # creates the state directory the simulator also uses
+    # creates the state directory the simulator also uses; queues only the outbox kinds the region relays
+    store = Store.open(path, region.name, outbox_kinds=queued_kinds(region))
     try:
         if store.created:  # outside any transaction: a slow audit service delays nothing but this check
             warn_if_audit_has_history(region, path)
@@ -68,7 +70,8 @@ def build_runtime(config: Config, region_name: str | None = None, *, clock: Cloc
 def outlets(region: RegionConfig) -> dict:
     """The relay destinations the region configures: ``[kafka]`` (lifecycle events), ``[audit]`` (audit log service).
 
-    A region without them keeps its outbox rows queued; building one imports no SDK yet (they connect lazily).
+    A region without one does not queue that kind (``spotctl.ops.relay.queued_kinds``); building one imports
+    no SDK yet (they connect lazily).
     """
     return {name: _adapter(region, name) for name in ("kafka", "audit") if region.section(name) is not None}
 

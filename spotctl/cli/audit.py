@@ -79,10 +79,10 @@ def list_(ctx: typer.Context, since: Since = None, actor: Actor = None, action: 
     Example: spotctl audit list --since 2h --action 'node.*' --region demo
     """
     st, _, store = _store(ctx, state_db)
-    from spotctl.ops.audit import list_records
+    from spotctl.ops.audit import listing
 
-    data = list_records(store, now=_now(), since=since, actor=actor, action=action, node=node, limit=limit)
-    render.emit(st.fmt(), "audit list", data, table=_list_table)
+    with listing(store, now=_now(), since=since, actor=actor, action=action, node=node, limit=limit) as data:
+        _emit_list(st.fmt(), data)
 
 
 @app.command()
@@ -102,8 +102,16 @@ def show(ctx: typer.Context, record_id: Annotated[str, typer.Argument(
 @app.command()
 def verify(ctx: typer.Context, state_db: StateDb = None,
            local_only: Annotated[bool, typer.Option(
-               "--local-only", help="Check only the local chain, not the audit log service.")] = False) -> None:
+               "--local-only", help="Check only the local chain, not the audit log service.")] = False,
+           full: Annotated[bool, typer.Option(
+               "--full", help="Walk the whole kept chain, not only the records after the last verified one.")] = False,
+           ) -> None:
     """Verify the audit chain locally and against the audit log service.
+
+    By default only the records after the checkpoint (the last record a
+    successful verify checked) are walked, and the checkpoint record must still
+    carry its hash; --full walks every kept record from the first one. A
+    successful walk moves the checkpoint; a failed one never does.
 
     Exit 0 when intact; 9 when the local chain is broken (the first bad record
     is named); 6 when the service lacks or differs from a delivered record;
@@ -120,13 +128,17 @@ def verify(ctx: typer.Context, state_db: StateDb = None,
 
         service = AuditClient.from_config(region)
         st.cleanups.append(service.close)
-    result = verify_chain(store, service)
+    result = verify_chain(store, service, full=full)
     code = ExitCode.OK if result["ok"] else ExitCode.STATE if not result["local_ok"] else ExitCode.REFUSED
     status = render.ResultStatus.OK if result["ok"] else render.ResultStatus.FAILED
     render.emit(st.fmt(), "audit verify", result, status=status, exit_code=code, table=_verify_table)
+    if result["checkpoint"]["problem"]:
+        sys.stderr.write(f"spotctl: warning: the verify checkpoint could not be saved "
+                         f"({result['checkpoint']['problem']}): the next verify walks these records again\n")
     if not result["local_ok"]:
         bad = result["first_bad"]
-        render.error(f"audit chain broken at record {bad['id']} (seq {bad['seq']}): {bad['reason']}")
+        render.error(f"audit chain broken at record {bad['id'] or '(gone)'} (seq {bad['seq']}): {bad['reason']}",
+                     hint=None if full else "`spotctl audit verify --full` walks the whole kept chain")
     elif not result["ok"]:
         s = result["service"]
         render.error(f"audit service {s['url']} disagrees: {s['missing_count']} delivered records missing, "
@@ -192,15 +204,81 @@ def _read_token(token_file: str | None):
 # -- tables ----------------------------------------------------------------------
 
 
+TABLE_MAX = 10_000  # more records than this are written one line each (a table needs every row first)
+_LIST_COLUMNS = ("time", "id", "actor", "action", "target", "result", "relayed")
+
+
+def _list_row(r: dict) -> tuple[str, ...]:
+    return (r["time"], r["id"][:8], r["actor"], r["action"], r["target"], r["result"],
+            "yes" if r.get("delivered_at") else "queued")
+
+
+class _Out:
+    """stdout in 64 KiB writes (one record per write would be a system call each)."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size >= 65536:
+            self.flush()
+
+    def flush(self) -> None:
+        sys.stdout.write("".join(self.parts))
+        self.parts, self.size = [], 0
+        sys.stdout.flush()
+
+
+def _emit_list(fmt: str, d: dict) -> None:
+    """Write ``audit list`` as its records are read (``d["records"]`` is an iterator): JSON (the same
+    bytes as the envelope renderer) and YAML stream the record array; a table up to TABLE_MAX records,
+    else plain lines."""
+    import json
+
+    if fmt not in ("json", "yaml") and d["count"] <= TABLE_MAX:
+        _list_table(render.console(), d)
+        return
+    out = _Out()
+    if fmt == "json":
+        head, tail = json.dumps(render.envelope("audit list", {**d, "records": []}), indent=2,
+                                default=str).split('"records": []', 1)
+        out.write(head + '"records": [')
+        sep = "\n"
+        for r in d["records"]:
+            out.write(sep + "      " + json.dumps(r, indent=2, default=str).replace("\n", "\n      "))
+            sep = ",\n"
+        out.write(("]" if sep == "\n" else "\n    ]") + tail + "\n")
+    elif fmt == "yaml":
+        import yaml
+
+        head, tail = yaml.safe_dump(render.envelope("audit list", {**d, "records": []}),
+                                    sort_keys=False).split("  records: []\n", 1)
+        out.write(head + "  records:")
+        empty = True
+        for r in d["records"]:
+            out.write("\n" if empty else "")
+            empty = False
+            out.write("".join("  " + line for line in yaml.safe_dump([r], sort_keys=False).splitlines(True)))
+        out.write((" []\n" if empty else "") + tail)
+    else:
+        out.write(f"Audit records in region {d['region']} ({d['count']}: one line each; "
+                  f"--limit N or -o json for fewer or all)\n" + "  ".join(_LIST_COLUMNS) + "\n")
+        for r in d["records"]:
+            out.write("  ".join(_list_row(r)) + "\n")
+    out.flush()
+
+
 def _list_table(console, d: dict) -> None:
     from rich.table import Table
 
     t = Table(title=f"Audit records in region {d['region']} ({d['count']})", title_justify="left")
-    for col in ("time", "id", "actor", "action", "target", "result", "relayed"):
+    for col in _LIST_COLUMNS:
         t.add_column(col, overflow="fold")
     for r in d["records"]:
-        t.add_row(r["time"], r["id"][:8], r["actor"], r["action"], r["target"], r["result"],
-                  "yes" if r.get("delivered_at") else "queued")
+        t.add_row(*_list_row(r))
     console.print(t)
 
 
@@ -220,8 +298,14 @@ def _show_table(console, r: dict) -> None:
 
 
 def _verify_table(console, d: dict) -> None:
-    console.print(f"region {d['region']}: {d['records']} records checked, local chain "
+    walked = (f"incremental, the records after seq {d['from_seq']}" if d["mode"] == "incremental" else
+              "full, every kept record" + (f" (pruned up to seq {d['from_seq']})" if d["from_seq"] else ""))
+    console.print(f"region {d['region']}: {d['records']} records checked ({walked}), local chain "
                   f"{'intact' if d['local_ok'] else 'BROKEN'}")
+    cp = d["checkpoint"]
+    if cp["seq"] is not None:
+        console.print(f"checkpoint: seq {cp['seq']}" + (" saved" if cp["saved"] else
+                                                        f" could not be saved ({cp['problem']})"))
     if d["first_bad"]:
         b = d["first_bad"]
         console.print(f"first bad record: {b['id']} (seq {b['seq']}, {b['action']} {b['target']}): {b['reason']}")

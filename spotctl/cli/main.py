@@ -26,6 +26,7 @@ from .errors import (
     report_early,
     usage_error,
 )
+from .options import plain_values
 
 HELP = """Spot Capacity Orchestrator for on-premises OpenStack clouds.
 
@@ -145,21 +146,25 @@ def hoist_global_options(args: list[str], group=None, ctx=None) -> list[str]:
     return front + rest
 
 
-# Command name -> (module in spotctl.cli, its Typer app). Loaded on first use: `spotctl plan --help`
-# imports and builds only `plan`; `spotctl --help` loads them all for their one-line help.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("plan", "app"),
-    "status": ("status", "app"),
-    "reconcile": ("reconcile", "app"),
-    "launch": ("launch", "app"),
-    "drain": ("drain", "app"),
-    "simulate": ("simulate", "app"),
-    "sim": ("sim", "sim_app"),
-    "exercise-reclaim": ("drill", "drill_app"),
-    "audit": ("audit", "app"),
-    "contract": ("contract", "contract_app"),
-    "config": ("config_cmd", "config_app"),
-    "version": ("version", "app"),
+# Command name -> (module in spotctl.cli, its Typer app, its one-line help). Loaded on first use: `spotctl plan
+# --help` imports and builds only `plan`; `spotctl --help` lists them all from the help here, importing none
+# (tests/cli/test_command_table.py checks that each help is the first paragraph of the command's own).
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "plan": ("plan", "app", "Show what the next reconcile pass would do, and why. Changes nothing."),
+    "status": ("status", "app", ("Show the region: per pool its price, room, our nodes by state and contract policy; "
+                                 "why nodes are advised or leaving; the contract feed's health; the token budget; "
+                                 "the last pass.")),
+    "reconcile": ("reconcile", "app", "Run one reconcile pass now: observe, plan, act under the token budget, persist."),
+    "launch": ("launch", "app", "Launch spot nodes in a pool now, as an operator action."),
+    "drain": ("drain", "app", "Drain a spot node in every scheduler at once (cordon, requeue or evict its work)."),
+    "simulate": ("simulate", "app", "Replay hours of the region on a virtual clock and report the outcome."),
+    "sim": ("sim", "sim_app", "The region's simulator, served over HTTP as the provider contract API."),
+    "exercise-reclaim": ("drill", "drill_app", "Rehearse the provider's reclaim on live spot nodes, and score it."),
+    "audit": ("audit", "app", "The tamper-evident audit trail of capacity actions."),
+    "contract": ("contract", "contract_app", "The provider contract: is each of its five terms met, per pool?"),
+    "config": ("config_cmd", "config_app", "Inspect the merged configuration."),
+    "state": ("state_cmd", "state_app", "The region's state database: prune what its retention lets go, check it whole."),
+    "version": ("version", "app", "Print the spotctl version and the result format version."),
 }
 
 
@@ -181,14 +186,31 @@ class SpotctlGroup(TyperGroup):
             return None
         import importlib
 
-        module, attr = COMMANDS[name]
+        module, attr = COMMANDS[name][:2]
         cmd = typer.main.get_command(getattr(importlib.import_module(f"spotctl.cli.{module}"), attr))
         cmd.name = name
         settle_help(cmd)
+        plain_values(cmd, ctx)
         return cmd
+
+    def format_commands(self, ctx, formatter) -> None:
+        """The command list of ``spotctl --help``, from the one-line helps in COMMANDS: no command module is
+        imported for it (one without a help there is loaded for its own)."""
+        from typer._click.utils import make_default_short_help
+
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        rows = []
+        for name, entry in COMMANDS.items():
+            if len(entry) > 2:
+                rows.append((name, make_default_short_help(entry[2], limit)))
+            elif (cmd := self.get_command(ctx, name)) is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def parse_args(self, ctx, args):
         if ctx.parent is None:
+            plain_values(self, ctx)  # the global options' values, without pydantic (see options.plain_values)
             args = hoist_global_options(list(args), self, ctx)
         return super().parse_args(ctx, args)
 
@@ -327,6 +349,10 @@ def run() -> None:
     PROCESS["entry"] = True
     try:
         app(prog_name="spotctl")
+    except KeyboardInterrupt as e:  # while Typer builds the root command, before its error site (main) runs
+        term = isinstance(e, Terminated)
+        sys.stderr.write(f"spotctl: {'terminated' if term else 'interrupted'}\n")
+        sys.exit(int(ExitCode.TERMINATED if term else ExitCode.INTERRUPTED))
     finally:
         ignore_signals_at_exit()
 

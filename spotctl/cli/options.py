@@ -9,8 +9,11 @@ given to ``typer.Option``/``typer.Argument`` as ``autocompletion=``."""
 
 from __future__ import annotations
 
+import enum
 import math
+import re
 from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -183,3 +186,78 @@ def complete_node(ctx: typer.Context, incomplete: str) -> Candidates:
     """``drain <Tab>``: the ids of the region's drainable nodes (building, active, advised), from its state
     database, read-only."""
     return [c for c in _quietly(_nodes, ctx) if c[0].startswith(incomplete)]
+
+
+# -- values without pydantic -------------------------------------------------------------------------------
+# Typer turns every option and argument value into its Python type through a pydantic TypeAdapter built on
+# first use, and builds it even for a value that needs nothing (an option not given: None; a count: 0), so
+# any sub-command, `spotctl plan --help` included, imports pydantic (~50-100 ms). The values that need no
+# parsing, or whose parsing is plain (digits to an int, a choice), are taken here the way Typer's adapters
+# take them; anything else, and any value that fails, goes through Typer's own coercion unchanged (so its
+# errors, which cli.errors words from pydantic's, stay the same).
+
+_SLOW = object()
+_INT = re.compile(r"-?[0-9]{1,18}")  # longer: Typer's coercion (and Python's limit on int digits) decides
+_FLOAT = re.compile(r"-?[0-9]{1,18}(\.[0-9]{1,18})?")
+
+
+def _plain(param: Any, value: Any, ctx: Any) -> Any:
+    """``value`` as Typer's coercion would give it, or ``_SLOW`` when only Typer's coercion can tell."""
+    if value is None:
+        return () if param.multiple or param.nargs == -1 else None
+    td = param.type_descriptor
+    info, ann = td.parameter_info, td.annotation
+    if param.multiple or param.nargs != 1 or info.parser is not None or td.file_annotation is not None:
+        return _SLOW
+    if ann is str:
+        return value if type(value) is str else _SLOW
+    if isinstance(ann, type) and issubclass(ann, enum.Enum):
+        from typer._param_types import coerce_cli_choice
+
+        try:
+            return coerce_cli_choice(value, choices=list(ann), case_sensitive=info.case_sensitive, ctx=ctx)
+        except ValueError:
+            return _SLOW
+    if ann is int or ann is float:
+        if type(value) is str and (_INT if ann is int else _FLOAT).fullmatch(value):
+            value = ann(value)
+        if type(value) is not ann or info.clamp or not math.isfinite(value):
+            return _SLOW
+        if (info.min is not None and value < info.min) or (info.max is not None and value > info.max):
+            return _SLOW  # out of range: Typer's coercion says so
+        return value
+    return _SLOW
+
+
+class PlainValues:
+    """Stands in for Typer's coercion of one parameter (its ``_runtime_param``): :func:`_plain` first, Typer's
+    own (and pydantic) only for what that leaves."""
+
+    def __init__(self) -> None:
+        self.full: Any = None
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        out = _plain(param, value, ctx)
+        if out is not _SLOW:
+            return out
+        if self.full is None:
+            from typer._coercion import build_runtime_param
+
+            self.full = build_runtime_param(param.type_descriptor)
+        return self.full.coerce(value, param=param, ctx=ctx)
+
+
+def plain_values(cmd: Any, ctx: Any = None) -> None:
+    """Give each Typer parameter of ``cmd`` (and of its sub-commands, once built) :class:`PlainValues`; with the
+    context ``cmd`` is reached from, its ``-h/--help`` option too (click builds that one on first use, from
+    the context's help option names, which sub-commands inherit). A Typer without the private
+    ``_runtime_param`` hook is left as it is: slower, the same values."""
+    params = list(getattr(cmd, "params", []))
+    own = (getattr(cmd, "context_settings", None) or {}).get("help_option_names")
+    if ctx is not None and own in (None, ctx.help_option_names) and hasattr(cmd, "get_help_option"):
+        params.append(cmd.get_help_option(ctx))
+    for p in params:
+        if hasattr(p, "type_descriptor") and getattr(p, "_runtime_param", False) is None:
+            p._runtime_param = PlainValues()
+    for sub in (getattr(cmd, "commands", None) or {}).values():
+        plain_values(sub, ctx)

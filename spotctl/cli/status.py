@@ -102,13 +102,28 @@ def _table(console, d: dict, list_nodes: bool) -> None:
         console.print(f"last pass: #{lp['seq']} {lp['status']} at {ts(lp['finished_at'])} ({ago} ago) by "
                       f"{lp['actor']}: {plural(lp['actions'], 'action')}, {plural(lp['tokens_used'], 'token')}"
                       + (f"; sources not read: {', '.join(sorted(lp['degraded']))}" if lp["degraded"] else ""))
-    console.print(f"outbox: {d['outbox']['pending']} pending of {d['outbox']['total']}; "
-                  f"audit records: {d['audit_records']}")
+    for kind, q in d["outbox"].get("kinds", {}).items():
+        console.print(f"outbox {OUTBOX_LABELS.get(kind, kind)}: {_queue(q)}")
+    console.print(f"audit records: {d['audit_records']}")
     for dest, m in d.get("relay", {}).items():
         console.print(f"relay to {dest}: {m['mode']} producer (seen {ts(m['seen_at'])})")
     for src, msg in d["degraded"].items():
         if src != "rate_card":  # said with the contract feed
             console.print(f"degraded {src}: {msg}")
+
+
+#: How the outbox kinds read in the status lines.
+OUTBOX_LABELS = {"event": "events", "audit": "audit records"}
+
+
+def _queue(q: dict[str, Any]) -> str:
+    """``queued for kafka: 3 pending, the oldest 2m old`` / ``not queued: no relay configured (for kafka)``."""
+    if q["queued"]:
+        text = f"queued for {q['destination']}: {q['pending']} pending"
+        age = q.get("oldest_pending_age_s")
+        return text + (f", the oldest {duration(age)} old" if age is not None else "")
+    text = f"not queued: no relay configured (for {q['destination']})"
+    return text + (f"; {q['pending']} rows queued before wait for one" if q["pending"] else "")
 
 
 #: The node states whose why is shown (the rest show the reason of their last change).

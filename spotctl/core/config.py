@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .config_schema import ADAPTER_SECTIONS, DEFAULTS, ENV_KEYS, SCHEMA, SECRET_PATTERN, Key, hint_for, leaf_problem
+from .config_schema import (ADAPTER_SECTIONS, DEFAULTS, ENV_KEYS, RETENTION_DEFAULTS, SCHEMA, SECRET_PATTERN, Key,
+                            hint_for, leaf_problem)
 from .errors import ConfigError, NotFoundError
 from .models import KubernetesBinding, PoolClass, PoolKind, PoolSpec, Shape, SlurmBinding
 
@@ -69,6 +70,29 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """``[regions.R.retention]``: how long the state database keeps rows that are done with (days; see
+    :mod:`spotctl.ops.prune` for what each table keeps whatever its age), the plan history's caps, and the
+    time each pass may spend pruning (0: never in a pass; ``spotctl state prune`` still does)."""
+
+    nodes_days: float
+    transitions_days: float
+    actions_days: float
+    notices_days: float
+    outbox_days: float
+    audit_days: float
+    passes_days: float
+    plans_max: int
+    plans_max_mib: float
+    pass_budget_seconds: float
+
+    @classmethod
+    def of(cls, table: Mapping[str, Any] | None = None) -> Retention:
+        merged: dict[str, Any] = {**RETENTION_DEFAULTS, **(table or {})}
+        return cls(**merged)
+
+
+@dataclass(frozen=True)
 class RegionConfig:
     name: str
     backend: str
@@ -79,6 +103,7 @@ class RegionConfig:
     seed: int = 0
     actor: str | None = None
     sections: dict[str, Any] = field(default_factory=dict)  # adapter tables: openstack, slurm, kubernetes, kafka, audit, ...
+    retention: Retention = field(default_factory=Retention.of)
 
     def section(self, name: str) -> dict[str, Any] | None:
         """The raw, schema-checked table of an adapter, or None when the region does not configure it."""
@@ -400,4 +425,5 @@ def _region_from_dict(name: str, d: dict[str, Any], sources: dict[str, Any]) -> 
         seed=d.get("seed", REGION_DEFAULTS["seed"]),
         actor=d.get("actor"),
         sections={k: copy.deepcopy(d[k]) for k in ADAPTER_SECTIONS if k in d},
+        retention=Retention.of(d.get("retention")),
     )

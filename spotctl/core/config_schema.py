@@ -88,6 +88,12 @@ _POLICY_SCHEMA = {
 }
 _URL = _str(check="url")
 _TOKEN = _str(check="token")
+#: How long the state database keeps what is done with (``[regions.R.retention]``, :mod:`spotctl.ops.prune`):
+#: days after a row is finished with, the plan history's caps, and the time a pass may spend pruning.
+RETENTION_TABLES = ("nodes", "transitions", "actions", "notices", "outbox", "audit", "passes")
+RETENTION_DEFAULTS: dict[str, object] = {
+    "nodes_days": 30, "transitions_days": 30, "actions_days": 30, "notices_days": 30, "outbox_days": 7,
+    "audit_days": 90, "passes_days": 30, "plans_max": 500, "plans_max_mib": 64, "pass_budget_seconds": 0.2}
 _REGION_SCHEMA = {
     "backend": _str("sim", "openstack"), "cloud": _S, "seed": _int(0, (1 << 63) - 1), "actor": _S,
     "budget": {"rate": _num(hi=1e6, gt=0), "burst": _int(1, 1_000_000)},
@@ -122,6 +128,8 @@ _REGION_SCHEMA = {
     "audit": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout(),
               "batch_size": _int(1, 1000), "ca_file": _S},
     "contract": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout()},
+    "retention": {**{f"{t}_days": _num(0, 3660) for t in RETENTION_TABLES},
+                  "plans_max": _int(1, 500), "plans_max_mib": _num(0, 1_048_576), "pass_budget_seconds": _num(0, 60)},
     # Integration sections: each real adapter reads its own table (see ADAPTER_SECTIONS).
     # A section present replaces that part of the simulator for this region.
 }
@@ -146,6 +154,7 @@ SECTION_DEFAULTS: dict[str, dict[str, object]] = {
               "ssl_check_hostname": True},
     "audit": {"timeout_seconds": 5.0, "batch_size": 200},
     "contract": {"timeout_seconds": 10.0},
+    "retention": RETENTION_DEFAULTS,  # not an adapter's: the typed view is config.Retention (spotctl.ops.prune)
 }
 OUTPUTS = ("auto", "table", "json", "yaml")
 LOG_LEVELS = ("debug", "info", "warning", "error")

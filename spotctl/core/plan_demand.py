@@ -20,7 +20,7 @@ from .budget import Priority
 from .capacity import Calendar
 from .models import ActionKind, NodeState, PoolKind, PoolSpec, Shape
 from .notices import calendar_advisory_due, node_protection
-from .plan_input import REPLACEMENT, DemandClass, PlanInput
+from .plan_input import DemandClass, PlanInput
 from .plan_state import PlanState
 from .textfmt import duration_text, shape_text, when_text
 from .timefmt import iso
@@ -52,25 +52,21 @@ def fill_existing(st: PlanState) -> None:
         if window is not None and window <= 0:
             continue
         groups.setdefault((n.pool, room, window), []).append(n.id)
-    serving: dict[str, list[DemandClass]] = {}
-    for d in st.demand:
-        for pname in d.pools:
-            serving.setdefault(pname, []).append(d)
+    index = st.index()
     for (pool_name, room, window), ids in sorted(groups.items(), key=lambda kv: (
             kv[0][0], kv[0][1], float("inf") if kv[0][2] is None else kv[0][2])):
+        lids = index.of_pool.get(pool_name, [])
         left = len(ids)
         idx = 0
         while left > 0:
-            cands = [d for d in serving.get(pool_name, ()) if remaining[d.key] > 0 and d.shape.fits_in(room)]
-            if not cands:
-                break
-            pattern = fill_room(room, cands, remaining, window=window)
+            pattern = index.fill(pool_name, lids, room, remaining, window)
             if not pattern:
                 break
             reps = min([left] + [remaining[k] // c for k, c in pattern.items()])
             for k, c in pattern.items():
                 remaining[k] -= c * reps
                 st.covered += c * reps
+                index.placed(k, remaining)
             st.used_nodes.update(ids[idx: idx + reps])
             idx += reps
             left -= reps
@@ -167,37 +163,54 @@ def pack_new(st: PlanState) -> None:
                 ls.block[d.key] = "rate card unavailable: no launches without prices"
         st.explain.append("rate card unavailable: launches are held until prices are known")
         pool_order = []
-    rounds = ((Priority.REPLACEMENT, [d for d in st.demand if d.scheduler == REPLACEMENT]),
-              (Priority.LAUNCH, [d for d in st.demand if d.scheduler != REPLACEMENT]))
-    for priority, round_demand in rounds:
-        for score, name in pool_order:
-            cands = [d for d in round_demand if name in d.pools and st.remaining[d.key] > 0]
-            if cands:
-                pack_pool(st, ls, priority, name, score, cands)
-    for d in st.demand:
-        left = st.remaining[d.key]
+    # Each pool's packing ends for one reason, given to every class it could have taken that is left
+    # (or, for a calendar too close, to those longer than its window): kept per pool, not per class
+    index = st.index()
+    ends: dict[tuple[bool, str], tuple[int, str, float | None]] = {}  # (round, pool) -> (turn, reason, window)
+    for rnd, priority in ((True, Priority.REPLACEMENT), (False, Priority.LAUNCH)):
+        for turn, (score, name) in enumerate(pool_order):
+            if index.has_demand(name, rnd):
+                ends[(rnd, name)] = (turn, *pack_pool(st, ls, priority, name, score,
+                                                      index.of_pool_round.get((rnd, name), [])))
+    last: dict[int, list[tuple[int, str, float | None]]] = {}  # pool set -> its pools' ends, last first
+    remaining, set_of_pos, unplaced, explain = st.remaining, index.set_of_pos, st.unplaced, st.explain
+    for pos, d in enumerate(st.demand):
+        left = remaining[d.key]
         if left <= 0:
             continue
-        reason = ls.block.get(d.key, "no pool could take it") if d.pools else \
-            "no pool serves it (scheduler binding or node shape)"
-        st.unplaced[reason] = st.unplaced.get(reason, 0) + left
+        if d.pools:
+            sid = set_of_pos[pos]
+            ends_of = last.get(sid)
+            if ends_of is None:
+                rnd = index.replacement[sid]
+                ends_of = last[sid] = sorted((ends[(rnd, p)] for p in d.pools if (rnd, p) in ends), reverse=True)
+            reason = ls.block.get(d.key, "no pool could take it")
+            for _, why, window in ends_of:
+                if window is None:
+                    reason = why
+                    break
+                if d.expected_seconds > window:
+                    reason = f"{why}{duration_text(d.expected_seconds)} of work + drain"
+                    break
+        else:
+            reason = "no pool serves it (scheduler binding or node shape)"
+        unplaced[reason] = unplaced.get(reason, 0) + left
         examples = unplaced_examples(d, left)
         placed = f" ({d.count - left} of the {d.count} placed)" if left < d.count else ""
-        st.explain.append(f"{d.scheduler} {shape_text(d.shape)} ×{left} unplaced{placed}: {reason}"
-                          + (f" (e.g. {', '.join(examples[:3])})" if examples else ""))
+        explain.append(f"{d.scheduler} {shape_text(d.shape)} ×{left} unplaced{placed}: {reason}"
+                       + (f" (e.g. {', '.join(examples[:3])})" if examples else ""))
 
 
 def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score: float,
-              cands: list[DemandClass]) -> None:
-    """New nodes of one pool for the candidate classes, in identical-node batches (one per packing
-    pattern and calendar window); one launch action for them all."""
-    inp, now, policy, remaining, block = st.inp, st.now, st.inp.policy, st.remaining, ls.block
+              lids: list[int]) -> tuple[str, float | None]:
+    """New nodes of one pool for the classes it serves in the demand lists ``lids``, in identical-node batches (one per
+    packing pattern and calendar window); one launch action for them all. Returns why it stopped: the
+    reason for every class left, or (with a window) the start of the reason for those longer than it."""
+    inp, now, policy, remaining, index = st.inp, st.now, st.inp.policy, st.remaining, st.index()
     pool, price = inp.pools[name], st.prices[name]
     if inp.pool_failures.get(name, 0) > now:
-        for d in cands:
-            block[d.key] = f"pool {name} failed to launch recently (skipped until {iso(inp.pool_failures[name], sep=' ')})"
         st.explain.append(f"{name}: skipped, launch failed recently")
-        return
+        return f"pool {name} failed to launch recently (skipped until {iso(inp.pool_failures[name], sep=' ')})", None
     hr = inp.headroom.get(name)
     free = (hr.free if hr else 0) - ls.planned.get(name, 0)
     cal = inp.calendars.get(name)
@@ -208,36 +221,29 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
     segments: list[list[Any]] = []  # [nodes, safe_until, longest unit seconds] per packing pattern
     placed: set[str] = set()  # the demand classes these nodes take units of
     earliest_safe = None
+    end: tuple[str, float | None]
     while True:
         why = ls.held(st, name, pool, price, launched, free, limit_left)
         if why:
-            for d in cands:
-                if remaining[d.key]:
-                    block[d.key] = why
+            end = why, None
             break
         n_total = existing + launched + 1
         safe_until = cal.safe_until(n_total, now) if cal else now + 24 * 3600
         if cal and calendar_advisory_due(safe_until, now + pool.boot_seconds, policy):
             # the same rule that cordons a node ahead of a reservation: a node launched now would
             # be cordoned before it is up, and the work meant for it could never land there
-            for d in cands:
-                if remaining[d.key]:
-                    block[d.key] = (f"calendar: {name} takes capacity back at {when_text(safe_until, now)}; "
-                                    f"a node launched now would be cordoned by the calendar advisory "
-                                    f"({duration_text(policy.calendar_advisory_seconds)} ahead) before it boots")
+            end = (f"calendar: {name} takes capacity back at {when_text(safe_until, now)}; a node launched now "
+                   f"would be cordoned by the calendar advisory ({duration_text(policy.calendar_advisory_seconds)} "
+                   f"ahead) before it boots"), None
             break
         window = safe_until - now - policy.drain_seconds - pool.boot_seconds
         if name in inp.no_notice_pools:
             window = min(window, policy.no_notice_max_seconds)
             if pool.kind is PoolKind.BAREMETAL:
                 window = min(window, policy.no_notice_max_seconds / 2)
-        fits = [d for d in cands if remaining[d.key] > 0]
-        pattern = fill_room(pool.shape, fits, remaining, window=window)
-        if not pattern:
-            for d in fits:
-                if d.expected_seconds > window:
-                    block[d.key] = (f"calendar: {name} takes capacity back at {when_text(safe_until, now)}, "
-                                    f"too soon for {duration_text(d.expected_seconds)} of work + drain")
+        pattern = index.fill(name, lids, pool.shape, remaining, window)
+        if not pattern:  # the work longer than the window is told so (see pack_new)
+            end = f"calendar: {name} takes capacity back at {when_text(safe_until, now)}, too soon for ", window
             break
         # how many identical nodes: bounded by units, headroom, limits, quota, spend, calendar step
         reps = min(remaining[k] // c for k, c in pattern.items())
@@ -248,8 +254,7 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
         reps = max(reps, 1)
         granted = st.tokens(priority, reps)
         if granted <= 0:
-            for d in fits:
-                block[d.key] = "token budget exhausted for this pass"
+            end = "token budget exhausted for this pass", None
             st.explain.append(f"{name}: token budget exhausted")
             ls.budget_out = True
             break
@@ -258,15 +263,16 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
             remaining[k] -= c * reps
             units += c * reps
             placed.add(k)
+            index.placed(k, remaining)
         segments.append([reps, safe_until, max(ls.classes[k].expected_seconds for k in pattern)])
         launched += reps
         ls.take(reps, pool, price)
         earliest_safe = safe_until if earliest_safe is None else min(earliest_safe, safe_until)
     if not launched:
-        return
+        return end
     ls.planned[name] = ls.planned.get(name, 0) + launched
     per_hour = f"{price:.4f} {inp.rate_card.currency}/node-hour" if inp.rate_card else f"{price:.4f}/node-hour"
-    what = ("replacement capacity for " + ", ".join(sorted({e for d in cands if d.key in placed for e in d.examples}))
+    what = ("replacement capacity for " + ", ".join(sorted({e for k in placed for e in ls.classes[k].examples}))
             if priority is Priority.REPLACEMENT else f"{units} pending units")
     st.add(ActionKind.LAUNCH, priority,
            f"{what}: {launched} × {name} ({shape_text(pool.shape)}) at {per_hour}"
@@ -285,6 +291,7 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
             f"one of those is advised (cordoned: no new work) by the provider's calendar notice or the calendar "
             f"advisory ({duration_text(policy.calendar_advisory_seconds)} ahead), and drained before the "
             f"reservation starts")
+    return end
 
 
 def next_drop(cal: Calendar, now: float) -> tuple[float, int, int] | None:

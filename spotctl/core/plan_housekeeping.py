@@ -137,12 +137,18 @@ def protect_windows(st: PlanState) -> None:
     inp, now, policy = st.inp, st.now, st.inp.policy
     # the longest pending pod each pool could get (Kubernetes knows no durations: at least default_pod_seconds),
     # from one pass over the demand, not one per node (20k nodes × 2.5k classes took seconds)
+    # (the longest per pool set first: classes share their pools tuple, so each set's pools are walked once)
+    sets, of_class = inp.demand_sets
+    longest_of: dict[int, int] = {}
+    k8s = str(Scheduler.KUBERNETES)
+    for d, i in zip(inp.demand, of_class):
+        if d.scheduler == k8s and (i not in longest_of or d.expected_seconds > longest_of[i]):
+            longest_of[i] = d.expected_seconds
     pods: dict[str, int] = {}
-    for d in inp.demand:
-        if d.scheduler == str(Scheduler.KUBERNETES):
-            for p in d.pools:
-                if p not in pods or d.expected_seconds > pods[p]:
-                    pods[p] = d.expected_seconds
+    for i, seconds in longest_of.items():
+        for p in sets[i]:
+            if p not in pods or seconds > pods[p]:
+                pods[p] = seconds
     for n in inp.nodes:
         if n.id in st.leaving or n.cordoned or n.state not in (NodeState.BUILDING, NodeState.ACTIVE):
             continue

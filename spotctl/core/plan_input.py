@@ -9,7 +9,6 @@ input is recorded with every executed plan (``to_dict``/``from_dict``), so that 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -34,6 +33,7 @@ from .models import (
     SlurmBinding,
     WorkUnit,
 )
+from .plan_digest import DIGEST_V1_MAX_POOL_NAMES, JSON, MARKS, SORTED_JSON, demand_json, pool_sets
 
 EXAMPLES = 20  # unit ids kept per demand class (plan JSON and --explain)
 REPLACEMENT = "replacement"  # the "scheduler" of synthetic demand: capacity for work on nodes about to go
@@ -114,20 +114,74 @@ class PlanInput:
     #: schedulers whose usage was not read this pass (down, or bound by a pool but not configured): a node of
     #: theirs that shows nothing running is not known to be empty
     usage_unread: frozenset[str] = frozenset()
+    digest_version: int = 0  # 1 or 2 (see DIGEST_V1_MAX_POOL_NAMES); 0: by the input's size
 
     def digest(self) -> str:
-        return self._encoded[1]
+        """The input's name (its plan id is the first 12 hex digits): changes with any decision input."""
+        return self._digest
 
     def to_dict(self) -> dict[str, Any]:
-        return self._encoded[0]
+        """What is recorded: every input, each distinct pool set once (``pool_sets``; a class names its
+        own by index, ``pool_set``). ``from_dict`` also reads records that list each class's ``pools``."""
+        return self._recorded
 
     @cached_property
-    def _encoded(self) -> tuple[dict[str, Any], str]:
-        d = self._to_dict()
-        blob = json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
-        return d, hashlib.sha256(blob.encode()).hexdigest()
+    def demand_sets(self) -> tuple[list[tuple[str, ...]], list[int]]:
+        """The distinct pool sets of the demand and each class's (:func:`pool_sets`), computed once."""
+        return pool_sets(self.demand)
 
-    def _to_dict(self) -> dict[str, Any]:
+    @cached_property
+    def _digest(self) -> str:
+        """SHA-256 of the input's canonical JSON: version 1 of :meth:`_legacy_dict` (the bytes as ever, so
+        that plan ids stay), version 2 of :meth:`to_dict`; written in parts: each distinct pool set encoded
+        once, each class from a template."""
+        v2 = self.resolved_digest_version == 2
+        if self.resolved_digest_version not in (1, 2):
+            raise ValueError(f"unknown plan input digest version {self.digest_version!r}")
+        md, mn = (JSON.encode(m) for m in MARKS)
+        sets = {"pool_sets": [list(t) for t in self.demand_sets[0]], "digest_version": 2} if v2 else {}
+        text = SORTED_JSON.encode({**self._small_dict(), **sets, "demand": MARKS[0], "nodes": MARKS[1]})
+        if text.count(md) != 1 or text.count(mn) != 1 or text.index(md) > text.index(mn):
+            whole = self.to_dict() if v2 else self._legacy_dict()
+            return hashlib.sha256(SORTED_JSON.encode(whole).encode()).hexdigest()
+        head, rest = text.split(md)
+        mid, tail = rest.split(mn)
+        h = hashlib.sha256(head.encode())
+        h.update(self._demand_json(v2).encode())
+        h.update(mid.encode())
+        h.update(SORTED_JSON.encode([n.to_dict() for n in self.nodes]).encode())
+        h.update(tail.encode())
+        return h.hexdigest()
+
+    @cached_property
+    def resolved_digest_version(self) -> int:
+        if self.digest_version:
+            return self.digest_version
+        return 1 if sum(len(d.pools) for d in self.demand) <= DIGEST_V1_MAX_POOL_NAMES else 2
+
+    def _demand_json(self, v2: bool) -> str:
+        """The demand of :meth:`_legacy_dict` (``v2``: of :meth:`to_dict`) as canonical JSON."""
+        return demand_json(self.demand, *self.demand_sets, v2=v2)
+
+    @cached_property
+    def _recorded(self) -> dict[str, Any]:
+        sets, of_class = self.demand_sets
+        demand = []
+        for c, i in zip(self.demand, of_class):
+            d = c.to_dict()
+            del d["pools"]
+            d["pool_set"] = i
+            demand.append(d)
+        return {**self._small_dict(), "nodes": [n.to_dict() for n in self.nodes], "demand": demand,
+                "pool_sets": [list(t) for t in sets], "digest_version": self.resolved_digest_version}
+
+    def _legacy_dict(self) -> dict[str, Any]:
+        """The whole input, each class with its pools: what the digest is the SHA-256 of (as JSON)."""
+        return {**self._small_dict(), "nodes": [n.to_dict() for n in self.nodes],
+                "demand": [d.to_dict() for d in self.demand]}
+
+    def _small_dict(self) -> dict[str, Any]:
+        """Every input but the nodes and the demand (a size of the pools, not of the fleet)."""
         rc = self.rate_card
         return {
             "region": self.region,
@@ -141,8 +195,6 @@ class PlanInput:
                 "version": rc.version, "currency": rc.currency, "prices": dict(sorted(rc.prices.items())),
                 "valid_from": rc.valid_from, "valid_until": rc.valid_until,
             },
-            "nodes": [n.to_dict() for n in self.nodes],
-            "demand": [d.to_dict() for d in self.demand],
             "advisories": dict(sorted(self.advisories.items())),
             "recent_reclaims": dict(sorted(self.recent_reclaims.items())),
             "pool_failures": dict(sorted(self.pool_failures.items())),
@@ -156,10 +208,14 @@ class PlanInput:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PlanInput":
+    def from_dict(cls, d: dict[str, Any]) -> PlanInput:
         """Rebuild a recorded input, so that its plan can be reproduced exactly."""
         rc = d["rate_card"]
         b = d["budget"]
+        sets = [tuple(t) for t in d.get("pool_sets", ())]
+        version = d.get("digest_version", 1)  # recorded before versions were: 1
+        if version not in (1, 2):
+            raise ValueError(f"unknown plan input digest version {version!r}")
         return cls(
             region=d["region"], now=d["now"],
             pools={k: pool_from_dict(v) for k, v in d["pools"].items()},
@@ -184,7 +240,8 @@ class PlanInput:
                 for n in d["nodes"]),
             demand=tuple(DemandClass(
                 key=c["key"], scheduler=c["scheduler"], shape=Shape(**c["shape"]), priority=c["priority"],
-                expected_seconds=c["expected_seconds"], count=c["count"], pools=tuple(c["pools"]),
+                expected_seconds=c["expected_seconds"], count=c["count"],
+                pools=tuple(c["pools"]) if "pools" in c else sets[c["pool_set"]],
                 examples=tuple(c["examples"])) for c in d["demand"]),
             advisories=dict(d["advisories"]), recent_reclaims=dict(d["recent_reclaims"]),
             pool_failures=dict(d["pool_failures"]),
@@ -192,7 +249,7 @@ class PlanInput:
             no_notice_pools=frozenset(d["no_notice_pools"]), excluded=dict(d["excluded"]),
             exclusions=tuple(tuple(e) for e in d["exclusions"]),
             host_reclaims=dict(d.get("host_reclaims", {})),
-            usage_unread=frozenset(d.get("usage_unread", ())),
+            usage_unread=frozenset(d.get("usage_unread", ())), digest_version=version,
         )
 
 
@@ -303,8 +360,23 @@ def build_input(
             ex[-1] = w.id
             ex.sort()
     demand = []
+    # the pools that serve a binding (scheduler, partition, features, selector, tolerations), by pool shape;
+    # and one shared tuple per distinct set of pools (O(classes x shapes), not O(classes x pools))
+    serving: dict[tuple[Any, ...], list[tuple[Shape, list[str]]]] = {}
+    interned: dict[tuple[Any, ...], tuple[str, ...]] = {}
     for key, (sample, count, examples) in classes.items():
-        served = tuple(sorted(p.name for p in pools.values() if sample.shape.fits_in(p.shape) and p.serves(sample)))
+        binding = (key[0],) + key[4:]
+        by_shape = serving.get(binding)
+        if by_shape is None:
+            shapes: dict[Shape, list[str]] = {}
+            for p in pools.values():
+                if p.serves(sample):
+                    shapes.setdefault(p.shape, []).append(p.name)
+            by_shape = serving[binding] = list(shapes.items())
+        fitting = tuple(i for i, (shape, _) in enumerate(by_shape) if sample.shape.fits_in(shape))
+        served = interned.get((binding, fitting))
+        if served is None:
+            served = interned[(binding, fitting)] = tuple(sorted(n for i in fitting for n in by_shape[i][1]))
         k = "|".join(str(x) for x in key)
         demand.append(DemandClass(
             key=hashlib.sha1(k.encode()).hexdigest()[:10], scheduler=key[0], shape=sample.shape,

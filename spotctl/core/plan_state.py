@@ -7,14 +7,18 @@ are spent) and adds its own actions and explanations. Nothing else is shared bet
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 from .actions import Action
 from .budget import Bucket, Priority
 from .capacity import calendar_id
-from .models import ActionKind
-from .plan_input import DemandClass, NodeView, PlanInput
+from .models import ActionKind, Shape
+from .plan_digest import pool_sets
+from .plan_input import REPLACEMENT, DemandClass, NodeView, PlanInput
 
 
 @dataclass
@@ -36,9 +40,19 @@ class PlanState:
     covered: int = 0  # units placed on our existing nodes
     # pack new nodes ->
     unplaced: dict[str, int] = field(default_factory=dict)  # reason -> units that no node takes
+    demand_index: DemandIndex | None = None  # the demand by pool set, made once the demand is complete
+
+    def index(self) -> DemandIndex:
+        """The demand by pool set (:class:`DemandIndex`), made on first use after housekeeping."""
+        if self.demand_index is None:
+            n = len(self.inp.demand)
+            prefix = self.inp.demand_sets if self.demand[:n] == list(self.inp.demand) else None
+            self.demand_index = DemandIndex(self.demand, self.remaining, {k: p.shape for k, p in self.inp.pools.items()},
+                                            pool_sets(self.demand, prefix))
+        return self.demand_index
 
     @classmethod
-    def start(cls, inp: PlanInput) -> "PlanState":
+    def start(cls, inp: PlanInput) -> PlanState:
         rc = inp.rate_card
         return cls(
             inp=inp, plan_id=inp.digest()[:12], prices=dict(rc.prices) if rc else {},
@@ -67,3 +81,274 @@ class PlanState:
     def add_demand(self, d: DemandClass) -> None:
         self.demand.append(d)
         self.remaining[d.key] = d.count
+        self.demand_index = None
+
+
+INF = float("inf")
+_B1, _B2, _B3 = 16, 256, 4096  # block sizes of the three levels of minima in a ClassList
+
+
+class ClassList:
+    """The demand classes of one pool set (classes served by the same pools, in one round), in the plan's
+    order, indexed for "the first class from position i that fits this room and window": minima of vCPU,
+    RAM, GPUs and duration over blocks of 16, 256 and 4096 classes skip the blocks that cannot fit. A class
+    whose units are all placed is never found again, nor one of an empty shape (it takes no room)."""
+
+    __slots__ = ("alive", "classes", "dims", "hints", "live", "mins", "order")
+
+    def __init__(self, classes: list[DemandClass], order: list[int], remaining: dict[str, int]) -> None:
+        self.classes = classes
+        self.order = order  # each class's position in the plan's demand order
+        self.alive = bytearray(remaining.get(d.key, 0) > 0 for d in classes)
+        self.live = sum(self.alive)  # classes with units left (an empty shape included: it never fits)
+        shapes = [d.shape if left and (d.shape.vcpu or d.shape.ram_mb or d.shape.gpus) else None
+                  for d, left in zip(classes, self.alive)]
+        dims: list[list[float]] = [[INF if s is None else s.vcpu for s in shapes],
+                                   [INF if s is None else s.ram_mb for s in shapes],
+                                   [INF if s is None else s.gpus for s in shapes],
+                                   [INF if s is None else d.expected_seconds for s, d in zip(shapes, classes)]]
+        self.dims = dims
+        self.mins = [[_block_mins(a, size) for a in dims] for size in (_B1, _B2, _B3)]
+        self.hints: dict[tuple[int, int, int, float], int] = {}  # room -> no class before it fits it
+
+    def first_fit(self, i: int, v: int, r: int, g: int, w: float) -> int:
+        """The first class from ``i`` on that fits ``v``/``r``/``g`` and runs at most ``w`` seconds
+        (``len(classes)``: none)."""
+        dv, dr, dg, de = self.dims
+        (m1v, m1r, m1g, m1e), (m2v, m2r, m2g, m2e), (m3v, m3r, m3g, m3e) = self.mins
+        n = len(dv)
+        while i < n:
+            if not i % _B1:
+                b = i // _B3
+                if not i % _B3 and (m3v[b] > v or m3r[b] > r or m3g[b] > g or m3e[b] > w):
+                    i += _B3
+                    continue
+                b = i // _B2
+                if not i % _B2 and (m2v[b] > v or m2r[b] > r or m2g[b] > g or m2e[b] > w):
+                    i += _B2
+                    continue
+                b = i // _B1
+                if m1v[b] > v or m1r[b] > r or m1g[b] > g or m1e[b] > w:
+                    i += _B1
+                    continue
+            if dv[i] <= v and dr[i] <= r and dg[i] <= g and de[i] <= w:
+                return i
+            i += 1
+        return n
+
+    def kill(self, j: int) -> None:
+        """Class ``j`` has no units left: never found again."""
+        if not self.alive[j]:
+            return
+        self.alive[j] = 0
+        self.live -= 1
+        dims = self.dims
+        if dims[0][j] == INF:  # an empty shape: never in the minima
+            return
+        old = [a[j] for a in dims]
+        for a in dims:
+            a[j] = INF
+        (m1, m2, m3), b = self.mins, j // _B1
+        for a, x, l1, l2, l3 in zip(dims, old, m1, m2, m3):
+            if x > l1[b]:
+                continue  # not the block's minimum: no minimum changes
+            l1[b] = min(a[b * _B1:(b + 1) * _B1])
+            b2 = b // (_B2 // _B1)
+            l2[b2] = min(l1[b2 * (_B2 // _B1):(b2 + 1) * (_B2 // _B1)])
+            b3 = b2 // (_B3 // _B2)
+            l3[b3] = min(l2[b3 * (_B3 // _B2):(b3 + 1) * (_B3 // _B2)])
+
+
+def _block_mins(a: list[float], size: int) -> list[float]:
+    return [min(a[i:i + size]) for i in range(0, len(a), size)]
+
+
+class DemandIndex:
+    """The plan's demand by pool set. Each distinct set of pools (and round: replacement demand or not) is
+    one *set*; a set contained in a larger one shares that one's :class:`ClassList` (so a pool asks few
+    lists: the classes of one binding differ only by which of its pools their shape fits, and a class a pool
+    does not serve is skipped on a membership test). Classes share their pools tuple (``build_input`` interns
+    them): the index costs one entry per class and one per pool of each distinct set, not one per class and
+    pool."""
+
+    def __init__(self, demand: list[DemandClass], remaining: dict[str, int], shapes: dict[str, Shape],
+                 base: tuple[list[tuple[str, ...]], list[int]] | None = None) -> None:
+        base_sets, of_class = base if base is not None else pool_sets(demand)
+        # a set per pool set of the pending demand (same numbering), then one per pool set of replacement demand
+        nb = len(base_sets)
+        self.sets: list[frozenset[str]] = [frozenset(t) for t in base_sets]
+        self.replacement: list[bool] = [False] * nb
+        self.set_of_pos: list[int] = list(of_class)  # per class (in the plan's order): its set
+        extra: dict[int, int] = {}
+        for pos, d in enumerate(demand):
+            if d.scheduler == REPLACEMENT:
+                i = of_class[pos]
+                if i not in extra:
+                    extra[i] = len(self.sets)
+                    self.sets.append(self.sets[i])
+                    self.replacement.append(True)
+                self.set_of_pos[pos] = extra[i]
+        members: list[list[int]] = [[] for _ in self.sets]
+        for pos, sid in enumerate(self.set_of_pos):
+            members[sid].append(pos)
+        alive = [remaining.get(d.key, 0) > 0 for d in demand]
+        self.set_live: list[int] = [0] * len(self.sets)  # per set: its classes with units left
+        for sid, n in Counter(compress(self.set_of_pos, alive)).items():
+            self.set_live[sid] = n
+        list_of, by_pool, n_lists = self._group(demand, members, shapes)
+        merged: list[list[int]] = [[] for _ in range(n_lists)]
+        for sid, m in enumerate(members):
+            merged[list_of[sid]].extend(m)
+        for m in merged:
+            m.sort()
+        self._merged, self._demand, self._remaining = merged, demand, remaining
+        self.lists: list[ClassList | None] = [None] * n_lists  # made when first asked
+        self.sid_of: list[list[int]] = [[] for _ in merged]  # per list: each class's set
+        self.loc: dict[str, tuple[int, int]] = {}  # class key -> (list, position): the classes last filled
+        self.of_pool: dict[str, list[int]] = {}  # pool -> the lists to ask (any round)
+        self.of_pool_round = by_pool  # (replacement?, pool) -> the lists to ask in that round
+        for (_, name), lis in by_pool.items():
+            self.of_pool.setdefault(name, []).extend(lis)
+        self.sets_of: dict[tuple[bool, str], list[int]] = {}  # (replacement?, pool) -> the sets that contain it
+        for sid, fs in enumerate(self.sets):
+            for name in fs:
+                self.sets_of.setdefault((self.replacement[sid], name), []).append(sid)
+
+    def _group(self, demand: list[DemandClass], members: list[list[int]], shapes: dict[str, Shape],
+               ) -> tuple[list[int], dict[tuple[bool, str], list[int]], int]:
+        """Which list each set joins; the lists each (round, pool) asks; how many lists. A set joins the list
+        of a larger set of its round that contains it when none of its classes (a sample of 16) fits a
+        pool of that set that it lacks (as with the sets of one binding); replacement demand (one class per
+        node to replace) shares a list with the sets it overlaps. A class put in a list whose pools do not all serve it is only
+        skipped (a membership test), so this decides the cost, never the result."""
+        roots: list[int] = []
+        by_shape: list[dict[Shape, frozenset[str]]] = []  # per list: its root's pools by shape
+        list_of: list[int] = [0] * len(self.sets)
+        by_pool: dict[tuple[bool, str], list[int]] = {}
+        for sid in sorted(range(len(self.sets)), key=lambda k: (-len(self.sets[k]), k)):
+            fs, rnd = self.sets[sid], self.replacement[sid]
+            if rnd:  # replacement demand: sets that share a pool share a list (one per pool kind, in effect)
+                li = next((lis[0] for name in fs if (lis := by_pool.get((True, name)))), None)
+                if li is None:
+                    li = len(roots)
+                    roots.append(sid)
+                    by_shape.append({})
+                list_of[sid] = li
+                for name in fs:
+                    lis = by_pool.setdefault((rnd, name), [])
+                    if li not in lis:
+                        lis.append(li)
+                continue
+            m = members[sid]
+            sample = [demand[m[k * len(m) // 16]].shape for k in range(min(16, len(m)))]
+            some = next(iter(fs), None)
+            for li in by_pool.get((rnd, some), []) if some is not None else []:
+                if fs <= self.sets[roots[li]] and not any(
+                        c.fits_in(sh) for sh, names in by_shape[li].items() if not names <= fs for c in sample):
+                    list_of[sid] = li
+                    break
+            else:
+                list_of[sid] = len(roots)
+                for name in fs:
+                    by_pool.setdefault((rnd, name), []).append(len(roots))
+                groups: dict[Shape, set[str]] = {}
+                for name in fs:
+                    if name in shapes:
+                        groups.setdefault(shapes[name], set()).add(name)
+                by_shape.append({sh: frozenset(names) for sh, names in groups.items()})
+                roots.append(sid)
+        return list_of, by_pool, len(roots)
+
+
+    def has_demand(self, pool: str, replacement: bool | None = None) -> bool:
+        """Whether some class ``pool`` serves (of that round; None: either) has units left."""
+        live = self.set_live
+        rounds = (False, True) if replacement is None else (replacement,)
+        return any(live[s] > 0 for rnd in rounds for s in self.sets_of.get((rnd, pool), ()))
+
+    def placed(self, key: str, remaining: dict[str, int]) -> None:
+        """Units of ``key`` were placed: once none is left, the class is never found again."""
+        if remaining[key] <= 0:
+            li, j = self.loc[key]
+            self._kill(li, j)
+
+    def _make(self, li: int) -> ClassList:
+        m = self._merged[li]
+        cl = self.lists[li] = ClassList([self._demand[p] for p in m], m, self._remaining)
+        self.sid_of[li] = [self.set_of_pos[p] for p in m]
+        return cl
+
+    def _kill(self, li: int, j: int) -> None:
+        cl = self.lists[li] or self._make(li)
+        if cl.alive[j]:
+            self.set_live[self.sid_of[li][j]] -= 1
+            cl.kill(j)
+
+    def fill(self, pool: str, lids: list[int], room: Shape, remaining: dict[str, int],
+             window: float | None) -> dict[str, int]:
+        """What :func:`~spotctl.core.plan_demand.fill_room` returns for the classes ``pool`` serves in the
+        lists ``lids``, in the plan's order: the lists merged, each asked only for its first class that fits."""
+        v, r, g = room.vcpu, room.ram_mb, room.gpus
+        w = INF if window is None else window
+        heap: list[tuple[int, int, int]] = []
+        lists = self.lists
+        for li in lids:
+            cl = lists[li] or self._make(li)
+            if cl.live <= 0:
+                continue
+            j = self._first(pool, li, 0, v, r, g, w, remaining)
+            if j < len(cl.classes):
+                heap.append((cl.order[j], li, j))
+        heapq.heapify(heap)
+        pattern: dict[str, int] = {}
+        while heap:
+            _, li, j = heap[0]
+            cl = lists[li] or self._make(li)
+            dv, dr, dg, de = cl.dims
+            if dv[j] <= v and dr[j] <= r and dg[j] <= g and de[j] <= w:
+                d = cl.classes[j]
+                s = d.shape
+                k = remaining[d.key]  # as many as fit (Shape.count_in: the room is never negative here)
+                if s.vcpu:
+                    k = min(k, v // s.vcpu)
+                if s.ram_mb:
+                    k = min(k, r // s.ram_mb)
+                if s.gpus:
+                    k = min(k, g // s.gpus)
+                pattern[d.key] = k
+                self.loc[d.key] = li, j
+                v, r, g = v - s.vcpu * k, r - s.ram_mb * k, g - s.gpus * k
+            j = self._first(pool, li, j + 1, v, r, g, w, remaining)  # (the room shrank since it was found)
+            if j < len(cl.classes):
+                heapq.heapreplace(heap, (cl.order[j], li, j))
+            else:
+                heapq.heappop(heap)
+        return pattern
+
+    def _first(self, pool: str, li: int, i: int, v: int, r: int, g: int, w: float,
+               remaining: dict[str, int]) -> int:
+        """The first class of list ``li`` from ``i`` on that ``pool`` serves, fits and has units left. A hint
+        per room (the first class that fits it) skips what was found not to fit before: rooms only shrink
+        and classes only empty."""
+        cl, sets, sid_of = self.lists[li] or self._make(li), self.sets, self.sid_of[li]
+        n = len(cl.classes)
+        hint_key = (v, r, g, w)
+        hint = cl.hints.get(hint_key, 0)
+        first = i <= hint
+        j = max(i, hint)
+        while True:
+            j = cl.first_fit(j, v, r, g, w)
+            if j >= n:
+                break
+            if remaining.get(cl.classes[j].key, 0) <= 0:  # emptied outside the index
+                self._kill(li, j)
+                continue
+            if first:
+                cl.hints[hint_key] = j
+                first = False
+            if pool in sets[sid_of[j]]:
+                return j
+            j += 1
+        if first:
+            cl.hints[hint_key] = n
+        return n

@@ -17,7 +17,7 @@ import logging
 from spotctl.core.actions import Action, ActionKind
 from spotctl.core.budget import Priority
 from spotctl.core.errors import CapacityError, SpotctlError, TemporaryError, UsageError
-from spotctl.core.models import Node, NodeState, OutcomeStatus
+from spotctl.core.models import Instance, Node, NodeState, OutcomeStatus
 
 from .drain import drain_batch, each_scheduler, node_for, run_cordon, run_drain, run_protect, run_uncordon
 from .outcome import Outcome, audit_action, record_intent
@@ -68,6 +68,10 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     out = Outcome(action.id, "launch", OutcomeStatus.OK, pool=action.pool, count=action.count or 0)
     record_intent(rt, action, plan_id)
     priority = action.priority
+    # One write transaction per node: the record of the instance just created goes with the next node's
+    # token and intent (always committed before that node's create call). A process killed between a create
+    # and that commit leaves the node intended, with its tagged instance: resume() adopts it.
+    created: Created | None = None
     for i in range(action.count or 0):
         sub = f"{action.id}.{i}"
         row = store.conn.execute("SELECT state, instance_id FROM nodes WHERE action_id=?", (sub,)).fetchone()
@@ -78,17 +82,22 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
                 out.done += 1
                 out.nodes.append(node_name(pool.name, sub))
             continue
-        if not rt.take_token(priority):
+        with store.tx():
+            if created is not None:
+                _record_created(rt, pool, *created)
+                created = None
+            granted = rt.take_token(priority)
+            if granted:
+                now = rt.now()
+                node = Node(id=node_name(pool.name, sub), pool=pool.name, state=NodeState.INTENDED, action_id=sub,
+                            created_at=now, updated_at=now, reason=action.reason, price=action.price or 0.0)
+                store.add_node(node, actor=rt.actor, reason=action.reason)
+                audit_action(rt, action, node.id, "intended", sub_action=sub)
+        if not granted:
             out.status = OutcomeStatus.PARTIAL
             out.detail = f"token budget exhausted after {out.done} of {action.count}"
             break
-        now = rt.now()
-        node = Node(id=node_name(pool.name, sub), pool=pool.name, state=NodeState.INTENDED, action_id=sub,
-                    created_at=now, updated_at=now, reason=action.reason, price=action.price or 0.0)
-        with store.tx():
-            store.add_node(node, actor=rt.actor, reason=action.reason)
-            audit_action(rt, action, node.id, "intended", sub_action=sub)
-        ok, detail = _create(rt, node, pool)
+        ok, detail, created = _create_instance(rt, node, pool)
         if ok:
             out.done += 1
             out.nodes.append(node.id)
@@ -99,20 +108,47 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     if out.status is OutcomeStatus.OK and out.done < (action.count or 0):
         out.status = OutcomeStatus.PARTIAL
         out.detail = f"{out.done} of {action.count} instance(s) exist; the rest are intended (the next pass resumes them)"
-    store.finish_action(action.id, "done" if out.status is OutcomeStatus.OK else out.status, out.detail or "ok", rt.now())
+    with store.tx():
+        if created is not None:
+            _record_created(rt, pool, *created)
+        store.finish_action(action.id, "done" if out.status is OutcomeStatus.OK else out.status, out.detail or "ok",
+                            rt.now())
     rt.progress(f"launch {action.pool}: {out.done}/{action.count} ({out.status})")
     return out
 
 
+#: an instance created (or found) for an intended node, not recorded yet: (node, instance, found, when)
+Created = tuple[Node, Instance, bool, float]
+
+
 def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
-    """Create (or adopt) the instance of an intended node. Never creates a duplicate."""
+    """Create (or adopt) the instance of an intended node and record it. Never creates a duplicate."""
+    ok, detail, created = _create_instance(rt, node, pool)
+    if created is not None:
+        with rt.store.tx():
+            _record_created(rt, pool, *created)
+    return ok, detail
+
+
+def _record_created(rt: Runtime, pool, node: Node, inst: Instance, existing: bool, now: float) -> None:
+    """The node is building on its instance: its transition and audit record (in the caller's transaction)."""
+    rt.store.transition(node, NodeState.BUILDING, reason="adopted existing instance" if existing else "instance created",
+                        at=now, actor=rt.actor, instance_id=inst.id, host=inst.host)
+    rt.store.audit(actor=rt.actor, action="node.launch", target=node.id, result="ok",
+                   inputs={"pool": pool.name, "instance_id": inst.id, "action_id": node.action_id,
+                           "adopted": bool(existing)}, at=now)
+
+
+def _create_instance(rt: Runtime, node: Node, pool) -> tuple[bool, str, Created | None]:
+    """Create (or find) the instance of an intended node, never a duplicate; a refusal is recorded here, an
+    instance is returned for the caller to record (:func:`_record_created`)."""
     store = rt.store
     try:
         existing = rt.cloud.find_instance(node.action_id)
     except SpotctlError as e:
         # unknown whether an earlier attempt made it: the node stays intended and a later pass looks again
         # (failing it here could orphan an instance that exists)
-        return False, f"{pool.name}: cannot look up the instance of {node.id}: {e.message} (will retry next pass)"
+        return False, f"{pool.name}: cannot look up the instance of {node.id}: {e.message} (will retry next pass)", None
     try:
         inst = existing or rt.cloud.create_instance(pool, node.id, node.action_id)
     except SpotctlError as e:
@@ -127,15 +163,8 @@ def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
                 remember_full(rt, pool, e.message, now)
             store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
                         inputs={"pool": pool.name, "error": e.message, "action_id": node.action_id}, at=now)
-        return False, f"{pool.name}: {e.message}" + (" (will retry next pass)" if temporary else "")
-    now = rt.now()
-    with store.tx():
-        store.transition(node, NodeState.BUILDING, reason="adopted existing instance" if existing else "instance created",
-                         at=now, actor=rt.actor, instance_id=inst.id, host=inst.host)
-        store.audit(actor=rt.actor, action="node.launch", target=node.id, result="ok",
-                    inputs={"pool": pool.name, "instance_id": inst.id, "action_id": node.action_id,
-                            "adopted": bool(existing)}, at=now)
-    return True, ""
+        return False, f"{pool.name}: {e.message}" + (" (will retry next pass)" if temporary else ""), None
+    return True, "", (node, inst, existing is not None, rt.now())
 
 
 def _from_row(a: dict, deadline: float | None) -> Action:

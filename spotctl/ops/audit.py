@@ -2,24 +2,26 @@
 
 The trail lives in the region's state database (``audit`` table, hash-chained:
 each record carries the SHA-256 of the previous one) and, once relayed, at the
-audit log service. ``verify`` walks the local chain and, when the region has an
-audit service, checks that every record the relay delivered is stored there
-with the same hash.
+audit log service. ``verify`` walks the local chain (from the checkpoint the last
+successful verify left, or ``full``) and, when the region has an audit service,
+checks that every record the relay delivered is stored there with the same hash.
+Every read streams in chunks: memory does not grow with the history.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from spotctl.core.audit import walk
 from spotctl.core.errors import UsageError
+from spotctl.state.audit import CHUNK, AuditFilter
 from spotctl.state.store import Store, iso
 
 EXPORT_COLUMNS = ("seq", "id", "at", "time", "actor", "action", "target", "result", "inputs", "prev_hash", "hash")
@@ -67,41 +69,67 @@ def parse_since(text: str | None, now: float) -> float | None:
     return dt.timestamp()
 
 
-def _public(rec: dict, delivered: dict[str, float | None] | None = None) -> dict:
+def _public(rec: dict, delivered: bool = False) -> dict:
     d = {"seq": rec["seq"], "id": rec["id"], "at": rec["at"], "time": iso(rec["at"]), "actor": rec["actor"],
          "action": rec["action"], "target": rec["target"], "result": rec["result"], "inputs": rec["inputs"],
          "prev_hash": rec["prev_hash"], "hash": rec["hash"]}
-    if delivered is not None:
-        d["delivered_at"] = delivered.get(rec["id"])
+    if delivered:
+        d["delivered_at"] = rec.get("delivered_at")
     return d
+
+
+@contextlib.contextmanager
+def listing(store: Store, *, now: float, since: str | None = None, actor: str | None = None,
+            action: str | None = None, node: str | None = None, limit: int | None = None) -> Iterator[dict]:
+    """Records matching the filters, oldest first (the newest ``limit`` when limited), as
+    ``{"region", "count", "records"}`` where ``records`` is an iterator read chunk by chunk (constant
+    memory; the newest ``limit`` are found with ``ORDER BY seq DESC LIMIT``), all in one read snapshot
+    held while the caller writes them out."""
+    where = AuditFilter(parse_since(since, now), actor, action, node)
+    with store.audit_snapshot():
+        after = store.audit_newest_from(limit, where) if limit is not None else 0  # read from the end
+        count = store.audit_count(where, after_seq=after)
+        if not count:
+            records: Iterator[dict] = iter(())
+        elif limit is not None and limit <= CHUNK:
+            newest = list(store.iter_audit(where, after_seq=after))
+            records = reversed(list(store.with_delivery(reversed(newest), newest_first=True)))
+        else:
+            records = store.with_delivery(store.iter_audit(where, after_seq=after))
+        yield {"region": store.region, "count": count, "records": (_public(r, True) for r in records)}
 
 
 def list_records(store: Store, *, now: float, since: str | None = None, actor: str | None = None,
                  action: str | None = None, node: str | None = None, limit: int | None = None) -> dict:
-    """Records matching the filters, oldest first (the newest ``limit`` when limited)."""
-    recs = store.audit_query(since=parse_since(since, now), actor=actor, action=action, target=node)
-    if limit is not None and limit >= 0:
-        recs = recs[-limit:] if limit else []
-    delivered = store.audit_delivered()
-    return {"region": store.region, "count": len(recs), "records": [_public(r, delivered) for r in recs]}
+    """:func:`listing` as one dict with a list (for small results: it holds every record listed)."""
+    with listing(store, now=now, since=since, actor=actor, action=action, node=node, limit=limit) as d:
+        return {**d, "records": list(d["records"])}
 
 
 def show(store: Store, record_id: str) -> dict:
     rec = store.audit_record(record_id)
-    return {"region": store.region, **_public(rec, store.audit_delivered())}
+    return {"region": store.region, **_public({**rec, "delivered_at": store.audit_delivered_at(rec["id"])}, True)}
 
 
-def verify(store: Store, service: AuditService | None = None) -> dict:
-    """Walk the local chain (:func:`spotctl.core.audit.walk`); then compare what was delivered with what
-    the service stores."""
-    chain = walk(store.audit_records())
-    first_bad = None if chain.first_bad is None else _bad(chain.first_bad, chain.reason or "")
-    local = chain.verified
-    result: dict[str, Any] = {"region": store.region, "ok": first_bad is None, "records": chain.checked, "first_bad": first_bad,
-              "local_ok": first_bad is None, "service": None}
+def verify(store: Store, service: AuditService | None = None, *, full: bool = False,
+           now: float | None = None) -> dict:
+    """Walk the local chain (:meth:`Store.check_audit_chain`: from the checkpoint on, or ``full``), save
+    the new checkpoint when it held; then compare what was delivered with what the service stores."""
+    import time
+
+    check = store.check_audit_chain(full=full)
+    w = check.walk
+    first_bad = None if w.first_bad is None else _bad(w.first_bad, w.reason or "")
+    checkpoint: dict[str, Any] = {"seq": None, "saved": False, "problem": None}
+    mark = check.checkpoint
+    if mark is not None:
+        problem = store.save_audit_checkpoint(mark, time.time() if now is None else now)
+        checkpoint = {"seq": mark.seq, "saved": problem is None, "problem": problem}
+    result: dict[str, Any] = {"region": store.region, "ok": check.ok, "mode": check.mode, "from_seq": check.from_seq,
+                              "records": w.checked, "first_bad": first_bad, "local_ok": check.ok,
+                              "checkpoint": checkpoint, "service": None}
     if service is not None:
-        result["service"] = _against_service(store, service, local if first_bad is None else
-                                             {r["id"]: r["hash"] for r in store.audit_records()})
+        result["service"] = _against_service(store, service)
         result["ok"] = result["ok"] and result["service"]["ok"]
     return result
 
@@ -110,25 +138,12 @@ def _bad(rec: Mapping, reason: str) -> dict:
     return {"id": rec["id"], "seq": rec["seq"], "action": rec["action"], "target": rec["target"], "reason": reason}
 
 
-def _against_service(store: Store, service: AuditService, local: dict[str, str]) -> dict:
-    delivered = store.audit_delivered()
-    remote: dict[str, str] = {}
-    for rec in service.records(store.region):
-        remote.setdefault(str(rec.get("id")), str(rec.get("hash")))
-    missing, mismatched = [], []
-    pending = 0
-    for rid, h in local.items():
-        if delivered.get(rid) is None:
-            pending += 1
-            continue
-        if rid not in remote:
-            missing.append(rid)
-        elif remote[rid] != h:
-            mismatched.append(rid)
-    unknown = sum(1 for rid in remote if rid not in local)
-    return {"url": service.url, "ok": not missing and not mismatched, "checked": len(local) - pending,
-            "pending": pending, "missing": missing[:20], "missing_count": len(missing),
-            "mismatched": mismatched[:20], "mismatched_count": len(mismatched), "unknown_locally": unknown}
+def _against_service(store: Store, service: AuditService) -> dict:
+    """Every record the relay delivered must be stored at the service with the same hash (compared in
+    SQL: constant memory whatever the history)."""
+    pairs = ((str(rec.get("id")), str(rec.get("hash"))) for rec in service.records(store.region))
+    d = store.audit_against(pairs)
+    return {"url": service.url, "ok": not d["missing_count"] and not d["mismatched_count"], **d}
 
 
 def service_history(service: AuditService, region: str, *, max_records: int = 5000,
@@ -156,11 +171,17 @@ def export(store: Store, fmt: str, *, now: float, since: str | None = None, acto
     """The records as JSON lines or CSV (with a header), chunk by chunk."""
     if fmt not in ("jsonl", "csv"):
         raise UsageError(f"--format must be jsonl or csv, got {fmt!r}")
-    recs = store.audit_query(since=parse_since(since, now), actor=actor, action=action, target=node)
-    if fmt == "jsonl":
-        for r in recs:
-            yield json.dumps(_public(r), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
-        return
+    with store.audit_snapshot():  # one consistent view, read chunk by chunk
+        recs = store.iter_audit(AuditFilter(parse_since(since, now), actor, action, node))
+        yield from (_jsonl(recs) if fmt == "jsonl" else _csv(recs))
+
+
+def _jsonl(recs: Iterable[dict]) -> Iterator[str]:
+    for r in recs:
+        yield json.dumps(_public(r), sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def _csv(recs: Iterable[dict]) -> Iterator[str]:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(EXPORT_COLUMNS)

@@ -15,6 +15,7 @@ from spotctl.core.actions import Plan
 from . import contract
 from .act import Outcome, execute, execute_drains, resume
 from .observe import ObserveBudget, Snapshot, observe, plan_input, planned
+from .prune import prune_in_pass
 from .relay import DESTINATIONS
 from .relay import relay as relay_outbox
 from .runtime import Runtime, lock_busy
@@ -132,6 +133,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
         rt.store.finish_pass(seq, result.status, {
             "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
             "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
+    prune_in_pass(rt, seq)  # what the retention lets go, within its time budget (spotctl.ops.prune)
     log.info("pass%s: ended %s in %.1f ms, %d tokens used, %.1f left", f" {seq}" if seq is not None else "", result.status,
              result.duration_s * 1000, result.tokens_used, result.tokens_left)
     return result

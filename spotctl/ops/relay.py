@@ -38,8 +38,13 @@ after the consumer's dedupe by ``id``. Without transactions the same bound
 holds per crash *and* per failed delivery (a batch that failed halfway can
 have reached the topic in part).
 
-A region without ``[regions.R.kafka]`` / ``[regions.R.audit]`` keeps its rows
-queued: nothing is lost, and the pass is not degraded for it.
+A region without ``[regions.R.kafka]`` / ``[regions.R.audit]`` does not queue
+that kind at all (:func:`queued_kinds`, given to the store when the runtime is
+wired): no row would ever be delivered or pruned; ``spotctl status`` says
+"not queued: no relay configured". Rows queued before (an older spotctl, or a
+relay since removed) stay queued: nothing is lost, and the pass is not degraded
+for it. The pending counts read each pass cost a few index seeks whatever the
+outbox holds (:meth:`spotctl.state.outbox.Outbox.outbox_pending`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from spotctl.core.config import RegionConfig
 from spotctl.core.errors import SpotctlError
 from spotctl.state.store import Store
 
@@ -59,6 +65,11 @@ log = logging.getLogger(__name__)
 # outbox kind -> the region config table (and outlet name) that delivers it
 DESTINATIONS: dict[str, str] = {"event": "kafka", "audit": "audit"}
 DEFAULT_BATCH = 500
+
+
+def queued_kinds(region: RegionConfig) -> frozenset[str]:
+    """The outbox kinds a region queues: those whose destination it configures (``[kafka]``, ``[audit]``)."""
+    return frozenset(kind for kind, dest in DESTINATIONS.items() if region.section(dest) is not None)
 
 
 @runtime_checkable
@@ -80,6 +91,7 @@ class Outlet(Protocol):
 class DestinationReport:
     destination: str
     configured: bool
+    queued: bool = True  # the store queues this kind (else: no relay configured, no row written)
     delivered: int = 0
     pending: int = 0
     oldest_pending_age_s: float | None = None
@@ -91,7 +103,8 @@ class DestinationReport:
     mode_seen_now: bool = False  # the outlet connected in this pass (else: the last recorded mode)
 
     def to_dict(self) -> dict:
-        return {"destination": self.destination, "configured": self.configured, "delivered": self.delivered,
+        return {"destination": self.destination, "configured": self.configured, "queued": self.queued,
+                "delivered": self.delivered,
                 "pending": self.pending, "oldest_pending_age_s": self.oldest_pending_age_s, "error": self.error,
                 "seconds": round(self.seconds, 4), "mode": self.mode, "degraded": self.degraded,
                 "mode_seen_at": self.mode_seen_at}
@@ -125,7 +138,7 @@ def relay(store: Store, outlets: Mapping[str, Outlet], *, now: Callable[[], floa
     configured = set(outlets) if configured is None else configured
     report = RelayReport()
     for kind, dest in DESTINATIONS.items():
-        r = report.kinds[kind] = DestinationReport(dest, configured=dest in configured)
+        r = report.kinds[kind] = DestinationReport(dest, configured=dest in configured, queued=store.queues(kind))
         outlet = outlets.get(dest)
         if outlet is None:
             if r.configured:
@@ -138,11 +151,23 @@ def relay(store: Store, outlets: Mapping[str, Outlet], *, now: Callable[[], floa
             finally:
                 r.seconds = time.perf_counter() - t0
             _note_mode(store, r, outlet, now())
-        r.pending, oldest = store.outbox_pending(kind)
+        r.pending, oldest = store.outbox_pending(kind, repair_at=now())
         r.oldest_pending_age_s = None if oldest is None else round(max(0.0, now() - oldest), 3)
         if r.error:
             log.warning("relay to %s: %s (%d rows stay queued)", dest, r.error, r.pending)
     return report
+
+
+def outbox_queues(store: Store, now: float) -> dict[str, dict]:
+    """Per outbox kind: its destination, whether the store queues it (a relay is configured), and its pending
+    rows with the age of the oldest (a few index seeks each: ``spotctl status``)."""
+    out = {}
+    for kind, dest in DESTINATIONS.items():
+        pending, oldest = store.outbox_pending(kind)
+        out[kind] = {"destination": dest, "queued": store.queues(kind), "pending": pending,
+                     "oldest_pending_at": oldest,
+                     "oldest_pending_age_s": None if oldest is None else round(max(0.0, now - oldest), 3)}
+    return out
 
 
 def mode_key(destination: str) -> str:

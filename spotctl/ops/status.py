@@ -18,7 +18,7 @@ from spotctl.core.contract import recorded_failing
 from spotctl.core.errors import AuthError, SpotctlError
 from spotctl.core.models import HostCapacity, NodeState
 
-from .relay import last_modes
+from .relay import last_modes, outbox_queues
 from .runtime import Runtime
 
 #: The contract feed's sources a pass reads (ops.observe): down at the last pass, ``status`` is partial.
@@ -82,6 +82,7 @@ def status(rt: Runtime, *, all_nodes: bool = False) -> dict:
     b = rt.bucket()
     last = rt.store.last_pass()
     counts = rt.store.counts()
+    queues = outbox_queues(rt.store, now)
     last_degraded = dict(last["summary"].get("degraded") or {}) if last else {}
     data = {
         "region": rt.region.name,
@@ -110,7 +111,9 @@ def status(rt: Runtime, *, all_nodes: bool = False) -> dict:
             "status": last["status"], "actor": last["actor"], "tokens_used": last["summary"].get("tokens_used"),
             "actions": last["summary"].get("actions"), "degraded": last_degraded,
         },
-        "outbox": {"pending": counts["outbox_pending"], "total": counts["outbox"]},
+        # per kind: queued for its relay or not queued (no relay configured), pending rows, the oldest's age
+        "outbox": {"pending": sum(q["pending"] for q in queues.values()), "total": counts["outbox"],
+                   "kinds": queues},
         "relay": relay_modes,  # destination -> the delivery mode last seen: {mode, degraded, seen_at}
         "audit_records": counts["audit"],
         "degraded": degraded,

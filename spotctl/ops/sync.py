@@ -70,69 +70,50 @@ def _sync_nodes(rt: Runtime, snap: Snapshot,
         seen = {i.action_id: i for i in snap.instances}
         for node in nodes:
             inst = seen.get(node.action_id)
-            with store.tx():
-                if inst is None:
-                    if node.state is NodeState.INTENDED:
-                        continue  # act() resumes it
-                    if node.state is NodeState.DELETING or node.state is NodeState.FAILED:
-                        if node.instance_id and not released.get(node.instance_id, False):
-                            continue  # gone from the list, allocations not yet freed: check next pass
-                        store.transition(node, NodeState.GONE, reason="instance deleted and its allocations freed",
-                                         at=now, actor=actor)
-                        changed["gone"] += 1
-                    elif node.notice_id and node.notice_deadline is not None:
-                        store.transition(node, NodeState.GONE, reason=f"reclaimed after notice {node.notice_id}",
-                                         at=now, actor=actor)
-                        changed["gone"] += 1
-                    else:
-                        store.transition(node, NodeState.LOST, reason="instance vanished without notice",
-                                         at=now, actor=actor)
-                        store.audit(actor=actor, action="node.lost", target=node.id, result="lost",
-                                    inputs={"pool": node.pool, "instance_id": node.instance_id}, at=now)
-                        changed["lost"] += 1
-                    vanished.append(node)
-                    continue
+            if inst is None:
                 if node.state is NodeState.INTENDED:
-                    store.transition(node, NodeState.BUILDING, reason="instance found by its action tag",
-                                     at=now, actor=actor, instance_id=inst.id, host=inst.host)
-                elif node.state is NodeState.BUILDING and (inst.id, inst.host) != (node.instance_id, node.host):
-                    store.update_node(node, instance_id=inst.id, host=inst.host)  # e.g. an Ironic claim got its node
-                if inst.status == "ACTIVE" and node.state is NodeState.BUILDING:
-                    store.transition(node, NodeState.ACTIVE, reason="instance active", at=now, actor=actor,
-                                     instance_id=inst.id, host=inst.host, idle_since=now)
-                    if node.cordoned:  # cordoned for an advisory while it was building: advised now
-                        store.transition(node, NodeState.ADVISED, reason="cordoned for an advisory while building",
-                                         at=now, actor=actor)
-                    changed["active"] += 1
-                elif inst.status == "ERROR" and node.state in (NodeState.BUILDING,):
-                    _build_failed(rt, node, inst, now)
-                    changed["failed"] += 1
-                elif inst.step and node.state is NodeState.BUILDING:
-                    steps.append((node, inst))
-                hn = hard.get(inst.id)
-                if hn is not None and node.notice_id != hn.id:
-                    store.update_node(node, notice_id=hn.id, notice_deadline=hn.deadline)
-                    changed["noticed"] += 1
-        for inst in snap.instances:
-            if inst.action_id in by_action:
+                    continue  # act() resumes it
+                if node.state is NodeState.DELETING or node.state is NodeState.FAILED:
+                    if node.instance_id and not released.get(node.instance_id, False):
+                        continue  # gone from the list, allocations not yet freed: check next pass
+                    store.transition(node, NodeState.GONE, reason="instance deleted and its allocations freed",
+                                     at=now, actor=actor)
+                    changed["gone"] += 1
+                elif node.notice_id and node.notice_deadline is not None:
+                    store.transition(node, NodeState.GONE, reason=f"reclaimed after notice {node.notice_id}",
+                                     at=now, actor=actor)
+                    changed["gone"] += 1
+                else:
+                    store.transition(node, NodeState.LOST, reason="instance vanished without notice",
+                                     at=now, actor=actor)
+                    store.audit(actor=actor, action="node.lost", target=node.id, result="lost",
+                                inputs={"pool": node.pool, "instance_id": node.instance_id}, at=now)
+                    changed["lost"] += 1
+                vanished.append(node)
                 continue
-            if store.find_node(inst.name) is not None:
-                continue
-            pool = rt.region.pools.get(inst.pool)
-            if pool is None:
-                log.warning("tagged instance %s names unknown pool %s; left alone", inst.id, inst.pool)
-                continue
-            node = Node(id=inst.name, pool=inst.pool, state=NodeState.INTENDED, action_id=inst.action_id,
-                        created_at=inst.created_at or now, updated_at=now, instance_id=inst.id, host=inst.host,
-                        reason="adopted: tagged instance unknown to the state store")
-            with store.tx():
-                store.add_node(node, actor=actor, reason=node.reason)
-                store.transition(node, NodeState.BUILDING if inst.status != "ACTIVE" else NodeState.ACTIVE,
-                                 reason="adopted", at=now, actor=actor)
-                store.audit(actor=actor, action="node.adopt", target=node.id, result="ok",
-                            inputs={"instance_id": inst.id, "pool": inst.pool}, at=now)
-            changed["adopted"] += 1
-            adopted.append(node)
+            if node.state is NodeState.INTENDED:
+                store.transition(node, NodeState.BUILDING, reason="instance found by its action tag",
+                                 at=now, actor=actor, instance_id=inst.id, host=inst.host)
+            elif node.state is NodeState.BUILDING and (inst.id, inst.host) != (node.instance_id, node.host):
+                store.update_node(node, instance_id=inst.id, host=inst.host)  # e.g. an Ironic claim got its node
+            if inst.status == "ACTIVE" and node.state is NodeState.BUILDING:
+                store.transition(node, NodeState.ACTIVE, reason="instance active", at=now, actor=actor,
+                                 instance_id=inst.id, host=inst.host, idle_since=now)
+                if node.cordoned:  # cordoned for an advisory while it was building: advised now
+                    store.transition(node, NodeState.ADVISED, reason="cordoned for an advisory while building",
+                                     at=now, actor=actor)
+                changed["active"] += 1
+            elif inst.status == "ERROR" and node.state in (NodeState.BUILDING,):
+                _build_failed(rt, node, inst, now)
+                changed["failed"] += 1
+            elif inst.step and node.state is NodeState.BUILDING:
+                steps.append((node, inst))
+            hn = hard.get(inst.id)
+            if hn is not None and node.notice_id != hn.id:
+                store.update_node(node, notice_id=hn.id, notice_deadline=hn.deadline)
+                changed["noticed"] += 1
+        adopted = _adopt(rt, [i for i in snap.instances if i.action_id not in by_action], now)
+        changed["adopted"] = len(adopted)
     by_instance = {n.instance_id: n for n in nodes if n.instance_id}
     for nt in snap.notices:
         owner = by_instance.get(nt.instance_id)
@@ -142,6 +123,30 @@ def _sync_nodes(rt: Runtime, snap: Snapshot,
         if new and owner is not None:
             notice_event(store, nt, owner, now)
     return changed, sorted((n for n in nodes + adopted if plannable(n)), key=lambda n: n.id), vanished, steps
+
+
+def _adopt(rt: Runtime, strangers: list[Instance], now: float) -> list[Node]:
+    """Record the tagged instances we have no node for (a fleet that predates the state database, or one
+    restored from an old backup), all at once in the caller's transaction (``Store.adopt_nodes``): a pass
+    killed before it commits leaves them unknown, and the next pass adopts them again."""
+    store = rt.store
+    known = store.known_ids([i.name for i in strangers]) if strangers else set()
+    batch: list[tuple[Node, NodeState]] = []
+    actions: set[str] = set()
+    for inst in strangers:
+        if inst.name in known or inst.action_id in actions:
+            continue  # a node of that name exists (of any state), or the listing has that tag twice
+        if inst.pool not in rt.region.pools:
+            log.warning("tagged instance %s names unknown pool %s; left alone", inst.id, inst.pool)
+            continue
+        known.add(inst.name)
+        actions.add(inst.action_id)
+        node = Node(id=inst.name, pool=inst.pool, state=NodeState.INTENDED, action_id=inst.action_id,
+                    created_at=inst.created_at or now, updated_at=now, instance_id=inst.id, host=inst.host,
+                    reason="adopted: tagged instance unknown to the state store")
+        batch.append((node, NodeState.BUILDING if inst.status != "ACTIVE" else NodeState.ACTIVE))
+    store.adopt_nodes(batch, at=now, actor=rt.actor)
+    return [node for node, _ in batch]
 
 
 def _build_failed(rt: Runtime, node: Node, inst: Instance, now: float) -> None:

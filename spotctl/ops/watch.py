@@ -69,6 +69,7 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
     t0 = time.monotonic()
     events: list[dict] = []
     todo: list[tuple[dict, Action, Node, Notice]] = []
+    taken: set[str] = set()  # the nodes a notice of this batch already acts on (a storm: one lookup each)
     for notice in notices:
         out: dict = {"notice": notice.id, "kind": str(notice.kind), "instance_id": notice.instance_id,
                      "deadline_in_s": None if notice.deadline is None else round(notice.deadline - received_at, 3),
@@ -101,7 +102,7 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
         if decision is None or decision.kind is None:
             out["action"] = f"none: {decision.reason}" if decision else f"none: node {node.id} is {node.state}"
             continue
-        if any(a.node == node.id for _, a, _, _ in todo):
+        if node.id in taken:
             out["action"] = f"none: node {node.id} is handled by another notice of this batch"
             continue
         kind = decision.kind
@@ -110,6 +111,7 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
                         pool=node.pool, node=node.id, deadline=decision.deadline,
                         inputs={**decision.inputs, "received_at": received_at, "source": "watcher"})
         todo.append((out, action, node, notice))
+        taken.add(node.id)
     if not todo:
         return events
     _lock(rt, stop)

@@ -76,6 +76,11 @@ def _region(nodes: int, seed: int) -> tuple[RegionConfig, dict[str, int], dict[s
     return region, counts, per_host
 
 
+def generated_pools(nodes: int, seed: int = 1) -> dict[str, PoolSpec]:
+    """The pools of ``generated_region(nodes, ...)``, without building its world."""
+    return _region(max(0, int(nodes)), seed)[0].pools
+
+
 def _hosts(region: RegionConfig, counts: dict[str, int], per_host: dict[str, int], r: random.Random):
     out: dict[str, list[Host]] = {}
     for name in sorted(region.pools):

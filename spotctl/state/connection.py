@@ -18,11 +18,14 @@ from pathlib import Path
 
 from spotctl.core.errors import StateError
 from spotctl.state.dbfile import identity, sqlite_error
+from spotctl.state.presence import Presence
 
 
 class Connection(sqlite3.Connection):
     """The store's connection: an operational failure (a read-only file, a table gone, a full disk,
-    corruption met while reading) is a StateError naming the file, not a traceback."""
+    corruption met while reading) is a StateError naming the file, not a traceback — when a statement
+    starts and while its rows are read (:class:`Cursor`): a damaged page in the middle of the file,
+    which the cheap checks at open do not read, stops the command with exit 9 where it is met."""
 
     state_path: Path | None = None
 
@@ -36,10 +39,43 @@ class Connection(sqlite3.Connection):
             raise err from e
 
     def execute(self, sql, parameters=(), /):
-        return self._translated(super().execute, sql, parameters)
+        return self._translated(self.cursor(Cursor).execute, sql, parameters)
 
     def executemany(self, sql, seq_of_parameters, /):
-        return self._translated(super().executemany, sql, seq_of_parameters)
+        return self._translated(self.cursor(Cursor).executemany, sql, seq_of_parameters)
+
+
+class Cursor(sqlite3.Cursor):
+    """Rows read through :class:`Connection`: SQLite steps a statement as its rows are fetched, so an
+    error met on a later row (a corrupt page) is translated here too. Iteration fetches in chunks of
+    ``FETCH`` rows (constant memory, about the speed of the C iterator)."""
+
+    FETCH = 512
+
+    def _translated(self, call, *args):
+        conn = self.connection
+        if not isinstance(conn, Connection):
+            return call(*args)
+        return conn._translated(call, *args)
+
+    def fetchone(self):
+        return self._translated(super().fetchone)
+
+    def fetchmany(self, size: int | None = None):
+        return self._translated(super().fetchmany, self.arraysize if size is None else size)
+
+    def fetchall(self):
+        return self._translated(super().fetchall)
+
+    def __iter__(self):
+        return self._rows()
+
+    def _rows(self):
+        while True:
+            rows = self.fetchmany(self.FETCH)
+            if not rows:
+                return
+            yield from rows
 
 
 class StoreBase:
@@ -57,6 +93,10 @@ class StoreBase:
         # noticed at the next write transaction instead of writing into a file nobody will read.
         self._identity = identity(path)
         self._wal_identity: tuple[int, int] | None = None  # the -wal file SQLite uses for it (see close)
+        #: this store's hold on ``<db>.users.lock`` (:mod:`spotctl.state.presence`), released at close
+        self._presence: Presence | None = None
+        #: True when this open read every page (the last user had not closed the database)
+        self.full_checked = False
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from spotctl.core.errors import StateError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+HEADER_SIZE = 100  # the database header at the start of page 1 (https://www.sqlite.org/fileformat.html)
 RESTORE = ("nothing was changed; move the file aside and restore a backup, or start afresh (`mv` it away) if "
            "losing local state is acceptable")
 
@@ -109,7 +110,7 @@ def open_error(path: Path, e: sqlite3.Error) -> StateError:
 def check_lock_paths(path: Path) -> None:
     """The lock files beside the database must be files (or not exist yet): a directory there would make
     every pass fail when it takes the lock."""
-    for lock in (Path(f"{path}.lock"), Path(f"{path}.relay.lock")):
+    for lock in (Path(f"{path}.lock"), Path(f"{path}.relay.lock"), Path(f"{path}.users.lock")):
         if os.path.lexists(lock) and not lock.is_file():
             kind = "a directory" if lock.is_dir() else "not a regular file"
             raise StateError(f"lock file {lock} of state database {path.name} is {kind}",
@@ -118,28 +119,55 @@ def check_lock_paths(path: Path) -> None:
 
 
 def check_existing(path: Path) -> None:
-    """An existing state database must be an SQLite file: an empty, cut-short or foreign file is not a new
-    region (its history and audit chain would silently vanish) but corruption, and it is left as it is."""
+    """An existing state database must be an SQLite file whole: an empty, cut-short or foreign file is not a
+    new region (its history and audit chain would silently vanish) but corruption, and it is left as it is.
+
+    Cheap (the 100-byte header and one ``stat``, whatever the size of the file): the SQLite magic, a valid
+    page size, and — when no write-ahead log is beside it, so that the file alone is the database — a size
+    that holds every page its header counts (what a copy or a disk cut short loses). A file that fails only
+    that last test is refused only if it stayed as it was and still has no log (another process may be
+    checkpointing into it at that moment: then the pages are in its log, and the open reads them there)."""
+    why, size = _header_problem(path)
+    if why and why.startswith("is cut short (its header"):
+        again = _header_problem(path)
+        if again != (why, size) or os.path.lexists(f"{path}-wal"):
+            return
+    if why:
+        raise StateError(f"state database {path} {why}: it is corrupt, not a new region",
+                         hint=RESTORE, details={"path": str(path), "size": size})
+
+
+def _header_problem(path: Path) -> tuple[str | None, int]:
+    """What is wrong with the file at ``path`` by its header and size (None: nothing), and its size."""
     try:
         with open(path, "rb") as f:
+            head = f.read(HEADER_SIZE)
             st = os.fstat(f.fileno())
-            head = f.read(len(SQLITE_MAGIC))
     except IsADirectoryError:
         raise StateError(f"state database {path} is a directory, not a file", hint="move it away",
                          details={"path": str(path)}) from None
     except OSError as e:
         raise StateError(f"cannot read state database {path}: {e.strerror}", details={"path": str(path)}) from None
-    if st.st_size == 0:
-        why = "is empty (0 bytes)"
-    elif head != SQLITE_MAGIC:
-        why = (f"is not an SQLite database (its {st.st_size} byte{'s' if st.st_size != 1 else ''} do not start "
-               "with the SQLite header)")
-    elif st.st_size < 512:  # the smallest SQLite page
-        why = f"is cut short ({st.st_size} bytes)"
-    else:
-        return
-    raise StateError(f"state database {path} {why}: it is corrupt, not a new region",
-                     hint=RESTORE, details={"path": str(path), "size": st.st_size})
+    size = st.st_size
+    if size == 0:
+        return "is empty (0 bytes)", size
+    if head[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
+        return (f"is not an SQLite database (its {size} byte{'s' if size != 1 else ''} do not start with the "
+                "SQLite header)"), size
+    if size < 512:  # the smallest SQLite page
+        return f"is cut short ({size} bytes)", size
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page & (page - 1):
+        return f"has an unreadable header (page size {page})", size
+    pages = int.from_bytes(head[28:32], "big")
+    # the page count in the header is valid when the change counter matches "version-valid-for" (SQLite
+    # >= 3.7.0 writes both on every commit that changes page 1); the file alone is the database only
+    # when no write-ahead log is beside it
+    if pages and head[24:28] == head[92:96] and not os.path.lexists(f"{path}-wal") and size < pages * page:
+        return (f"is cut short (its header counts {pages} pages of {page} bytes, {pages * page} bytes, but the "
+                f"file has {size})"), size
+    return None, size
 
 
 def bad_value(path: Path, table: str, key, column: str, value, known=None) -> StateError:

@@ -42,24 +42,82 @@ def structured(event: CloudEvent) -> dict[str, Any]:
     return {**attributes, "time": time.isoformat().removesuffix("+00:00") + "Z", "data": event.get_data()}
 
 
+#: Every kind of outbox row: lifecycle events (for Kafka) and audit records (for the audit service).
+KINDS: frozenset[str] = frozenset({"event", "audit"})
+_COUNTER = "outbox.pending."  # kv key prefix of a kind's pending counter: "<count> <newest pending id>"
+
+
 class Outbox(StoreBase):
-    """The outbox methods of :class:`spotctl.state.store.Store`."""
+    """The outbox methods of :class:`spotctl.state.store.Store`.
+
+    **What is queued.** Only the kinds in :attr:`outbox_kinds` (:meth:`queue_kinds`; the wired runtime
+    sets the kinds its region has a relay for): a region without a relay for a kind writes no row of it —
+    nothing would ever deliver or prune it. Rows written another way through this connection (a bulk
+    ``executemany``) are dropped the same way, by a temporary trigger of this connection.
+
+    **Pending counts** cost the same whatever the outbox holds: a counter per kind in ``kv``, changed in
+    the transaction that queues or marks rows (a kill -9 leaves it as the rows are), kept with the id of
+    the newest pending row it counted. A reader checks that id against the partial index
+    ``outbox_undelivered`` (one seek): rows queued or delivered around the counter (another connection, a
+    bulk insert) make it stale, and it is counted again on that index (pending rows only, never history)."""
+
+    outbox_kinds: frozenset[str] = KINDS
+
+    def queue_kinds(self, kinds) -> None:
+        """Queue only these kinds from now on (a subset of :data:`KINDS`)."""
+        chosen = frozenset(kinds)
+        unknown = chosen - KINDS
+        if unknown:
+            raise ValueError(f"unknown outbox kind(s) {sorted(unknown)}; known: {sorted(KINDS)}")
+        self.outbox_kinds = chosen
+        self.conn.execute("DROP TRIGGER IF EXISTS temp.outbox_unqueued")
+        if chosen != KINDS:  # kinds are fixed words (checked above), never input
+            allowed = ",".join(f"'{k}'" for k in sorted(chosen))
+            when = f"WHEN new.kind NOT IN ({allowed}) " if allowed else ""
+            self.conn.execute(f"CREATE TEMP TRIGGER outbox_unqueued BEFORE INSERT ON main.outbox {when}"
+                              "BEGIN SELECT RAISE(IGNORE); END")
+
+    def queues(self, kind: str) -> bool:
+        """Whether rows of this kind are queued (a relay is configured for it)."""
+        return kind in self.outbox_kinds
 
     def event(self, node: Node, src: NodeState | None, reason: str, at: float) -> None:
         """The lifecycle event of a node's transition (keyed by node id: per-node order on Kafka)."""
+        if "event" not in self.outbox_kinds:
+            return
         self.cloud_event(event_type(node.state), node.id, {
             "node": node.id, "pool": node.pool, "from": src.value if src else None, "to": node.state.value,
             "reason": reason, "instance_id": node.instance_id, "action_id": node.action_id}, at)
 
     def cloud_event(self, type_: str, subject: str, data: dict, at: float, key: str | None = None) -> None:
         """Queue a CloudEvents 1.0 (structured JSON) event in the outbox, in the caller's transaction."""
+        if "event" not in self.outbox_kinds:
+            return  # not even built: no relay would send it
         event = cloud_event(source=f"spotctl/{self.region}", type_=type_, subject=subject, data=data, at=at)
         self.outbox("event", key or subject, structured(event), at)
 
     def outbox(self, kind: str, key: str, payload: dict, at: float) -> None:
+        if kind not in self.outbox_kinds:
+            return
+        self.queue_rows([(kind, key, canonical(payload), at)])
+
+    def queue_rows(self, rows: list[tuple[str, str, str, float]]) -> None:
+        """Queue ready-made rows ``(kind, key, payload JSON, created_at)`` in the caller's transaction (one
+        ``executemany``), dropping those of kinds not queued, and count them."""
+        rows = [r for r in rows if r[0] in self.outbox_kinds]
+        if not rows:
+            return
         with self.tx() as c:
-            c.execute("INSERT INTO outbox (kind, key, payload, created_at) VALUES (?,?,?,?)",
-                      (kind, key, canonical(payload), at))
+            kinds = {r[0] for r in rows}
+            before = {k: self._counter(k) for k in kinds}
+            if len(rows) == 1:  # the usual case (one event, one record): its id is the newest pending one
+                newest = c.execute("INSERT INTO outbox (kind, key, payload, created_at) VALUES (?,?,?,?)",
+                                   rows[0]).lastrowid
+                self._recount(rows[0][0], before[rows[0][0]], 1, rows[0][3], newest)
+                return
+            c.executemany("INSERT INTO outbox (kind, key, payload, created_at) VALUES (?,?,?,?)", rows)
+            for k in kinds:
+                self._recount(k, before[k], sum(1 for r in rows if r[0] == k), rows[-1][3])
 
     def outbox_rows(self, kind: str | None = None, pending_only: bool = False) -> list[dict]:
         sql = "SELECT * FROM outbox WHERE 1=1"
@@ -74,19 +132,83 @@ class Outbox(StoreBase):
     # -- for the relay ---------------------------------------------------------------
 
     def pending_batch(self, kind: str, limit: int, after_id: int = 0) -> list[tuple[int, str, str]]:
-        """The oldest undelivered outbox rows of a kind, as (id, key, payload), in id order (no sort: index)."""
+        """The oldest undelivered outbox rows of a kind, as (id, key, payload), in id order (a range of the
+        partial index ``outbox_undelivered``: no sort, no delivered row read)."""
         return [tuple(r) for r in self.conn.execute(
-            "SELECT id, key, payload FROM outbox WHERE kind=? AND delivered_at IS NULL AND id > ? ORDER BY id LIMIT ?",
+            "SELECT id, key, payload FROM outbox INDEXED BY outbox_undelivered "
+            "WHERE kind=? AND delivered_at IS NULL AND id > ? ORDER BY id LIMIT ?",
             (kind, after_id, int(limit)))]
 
     def mark_delivered(self, ids: list[int], at: float) -> None:
-        """Mark outbox rows delivered (called only after the destination acknowledged them)."""
+        """Mark outbox rows delivered (called only after the destination acknowledged them); by primary key,
+        a chunk at a time, each row's kind counted off its pending counter in the same transaction."""
         with self.tx() as c:
-            c.executemany("UPDATE outbox SET delivered_at=? WHERE id=? AND delivered_at IS NULL",
-                          [(at, i) for i in ids])
+            before = {k: self._counter(k) for k in KINDS}
+            done: dict[str, int] = {}
+            for i in range(0, len(ids), 500):
+                chunk = [int(x) for x in ids[i:i + 500]]
+                for (kind,) in c.execute(f"UPDATE outbox SET delivered_at=? WHERE id IN ({','.join('?' * len(chunk))})"
+                                         " AND delivered_at IS NULL RETURNING kind", (at, *chunk)).fetchall():
+                    done[kind] = done.get(kind, 0) + 1
+            for kind, n in done.items():
+                self._recount(kind, before.get(kind), -n, at)
 
-    def outbox_pending(self, kind: str) -> tuple[int, float | None]:
-        """(undelivered rows of a kind, creation time of the oldest)."""
-        r = self.conn.execute("SELECT count(*), min(created_at) FROM outbox WHERE kind=? AND delivered_at IS NULL",
-                              (kind,)).fetchone()
-        return r[0], r[1]
+    def outbox_pending(self, kind: str, *, repair_at: float | None = None) -> tuple[int, float | None]:
+        """(undelivered rows of a kind, creation time of the oldest — the first in the queue), in a few index
+        seeks whatever the outbox holds (see the class docstring). A counter that is not current is counted
+        again on the index of pending rows; with ``repair_at`` (the relay, once a pass) it is also stored, so that rows
+        nothing queues any more (a kind whose relay was removed) are not counted again at every pass."""
+        counter = self._counter(kind)
+        if counter is None and repair_at is not None:
+            with self.tx():
+                counter = self._counter(kind)
+                if counter is None:
+                    self._recount(kind, None, 0, repair_at)
+                    counter = self._counter(kind)
+        n = counter[0] if counter is not None else self._count(kind)
+        r = self.conn.execute("SELECT created_at FROM outbox INDEXED BY outbox_undelivered "
+                              "WHERE kind=? AND delivered_at IS NULL ORDER BY id LIMIT 1", (kind,)).fetchone()
+        return n, (r[0] if r is not None else None)
+
+    def outbox_counter_problems(self) -> list[str]:
+        """Pending counters that do not match the rows (for :meth:`Store.full_check`; counts every pending row)."""
+        out = []
+        for kind in sorted(KINDS):
+            counter = self._counter(kind)
+            real = self._count(kind)
+            if counter is not None and counter[0] != real:
+                out.append(f"outbox: the pending counter of {kind!r} says {counter[0]} rows, the outbox holds {real}")
+        return out
+
+    def _newest_pending(self, kind: str) -> int:
+        r = self.conn.execute("SELECT max(id) FROM outbox INDEXED BY outbox_undelivered "
+                              "WHERE kind=? AND delivered_at IS NULL", (kind,)).fetchone()
+        return r[0] or 0
+
+    def _count(self, kind: str) -> int:
+        return self.conn.execute("SELECT count(*) FROM outbox INDEXED BY outbox_undelivered "
+                                 "WHERE kind=? AND delivered_at IS NULL", (kind,)).fetchone()[0]
+
+    def _counter(self, kind: str) -> tuple[int, int] | None:
+        """A kind's pending counter (count, newest pending id) if it is current; None when missing, unreadable,
+        or stale (the newest pending row is not the one it counted last)."""
+        value, current = self.conn.execute(
+            "SELECT (SELECT value FROM kv WHERE key=?), (SELECT max(id) FROM outbox INDEXED BY outbox_undelivered "
+            "WHERE kind=? AND delivered_at IS NULL)", (_COUNTER + kind, kind)).fetchone()
+        parts = value.split(" ") if isinstance(value, str) else []
+        if len(parts) != 2 or not all(p.isdigit() and p.isascii() for p in parts):
+            return None
+        n, newest = int(parts[0]), int(parts[1])
+        if newest != (current or 0) or (n == 0) != (newest == 0):
+            return None
+        return n, newest
+
+    def _recount(self, kind: str, before: tuple[int, int] | None, delta: int, at: float,
+                 newest: int | None = None) -> None:
+        """Store a kind's counter after this transaction changed its pending rows by ``delta`` (counted again
+        on the index when it was not current before); ``newest``: the newest pending id, when known."""
+        n = before[0] + delta if before is not None else self._count(kind)
+        self.conn.execute("INSERT INTO kv (key, value, updated_at) VALUES (?,?,?) ON CONFLICT(key) DO UPDATE "
+                          "SET value=excluded.value, updated_at=excluded.updated_at",
+                          (_COUNTER + kind, f"{max(0, n)} {self._newest_pending(kind) if newest is None else newest}",
+                           at))

@@ -1,6 +1,7 @@
-"""The state database's schema: the versioned migrations, how a new database is made whole, and the
-checks an existing one passes before it is used (integrity, version, every table and column, the
-enumerated values), all on a connection handed in: :meth:`spotctl.state.store.Store.open` runs them.
+"""The state database's schema: the versioned migrations, how a new database is made whole, the cheap
+checks an existing one passes before it is used (version, every table and column, the enumerated
+values: :meth:`spotctl.state.store.Store.open` runs them), and the full integrity check (every page:
+on request, :meth:`Store.full_check`, and after an unclean shutdown, :func:`check_after_crash`).
 
 Migrations are plain SQL, one script per version, each applied in its own ``BEGIN IMMEDIATE``
 transaction with ``PRAGMA user_version``: a crash leaves the file at the last version that committed.
@@ -94,6 +95,10 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX audit_at ON audit(at);
     CREATE INDEX plans_at ON plans(at);
     CREATE INDEX passes_started ON passes(started_at);
+    CREATE INDEX passes_running ON passes(status) WHERE status = 'running';
+    CREATE INDEX reclaims_at ON reclaims(at);
+    DROP INDEX outbox_pending;
+    CREATE INDEX outbox_key ON outbox(kind, key);
     """,
 }
 
@@ -105,6 +110,7 @@ NODE_STATES = {s.value: s for s in NodeState}
 
 
 _EXPECTED: dict[str, set[str]] = {}
+_INDEXES: dict[str, str] = {}
 
 
 def expected_schema() -> dict[str, set[str]]:
@@ -115,8 +121,20 @@ def expected_schema() -> dict[str, set[str]]:
             for stmt in statements(MIGRATIONS[v]):
                 c.execute(stmt)
         _EXPECTED.update(schema_of(c))
+        _INDEXES.update(indexes_of(c))
         c.close()
     return _EXPECTED
+
+
+def expected_indexes() -> dict[str, str]:
+    """Index -> its table, as the migrations make them (the queries name some of them: ``INDEXED BY``)."""
+    expected_schema()
+    return _INDEXES
+
+
+def indexes_of(conn: sqlite3.Connection) -> dict[str, str]:
+    return dict(conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' "
+                             "AND name NOT LIKE 'sqlite_%'").fetchall())
 
 
 def schema_of(conn: sqlite3.Connection) -> dict[str, set[str]]:
@@ -198,28 +216,64 @@ def preflight(conn: sqlite3.Connection, path: Path) -> int:
                 details={"path": str(path)})
     return version
 
-def precheck(path: Path) -> None:
-    """Every read-only check of :meth:`Store.open` — integrity, version, schema, enumerated values — on an
-    immutable, read-only connection: it creates no -wal or -shm file and takes no lock, so a refused
-    file is left exactly as it was, with nothing beside it. Only for a file without a write-ahead log
-    (one with a log must be read through it)."""
+def _read_only(path: Path, *, immutable: bool) -> sqlite3.Connection:
     from urllib.parse import quote
 
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1", uri=True,
-                               check_same_thread=False)
+        return sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro{'&immutable=1' if immutable else ''}",
+                               uri=True, check_same_thread=False)
     except sqlite3.DatabaseError as e:
         raise open_error(path, e) from None
+
+
+def precheck(path: Path) -> None:
+    """The read-only checks of :meth:`Store.open` that read little whatever the size of the file — version,
+    schema, enumerated values (on indexes) — on an immutable, read-only connection: it creates no -wal or
+    -shm file and takes no lock, so a refused file is left exactly as it was, with nothing beside it. Only
+    for a file without a write-ahead log (one with a log must be read through it). The header and size
+    were checked before (:func:`spotctl.state.dbfile.check_existing`); the whole file is read only by
+    :func:`full_check`."""
+    conn = _read_only(path, immutable=True)
     try:
-        check = conn.execute("PRAGMA quick_check").fetchone()[0]
-        if check != "ok":
-            raise sqlite3.DatabaseError(check)
         if preflight(conn, path) == SCHEMA_VERSION:
             check_schema(conn, path)
     except sqlite3.DatabaseError as e:
         raise open_error(path, e) from None
     finally:
         conn.close()
+
+
+#: How many problems the full check lists at most (SQLite's own default is 100).
+MAX_PROBLEMS = 100
+
+
+def full_check(conn: sqlite3.Connection, *, quick: bool = False) -> list[str]:
+    """Read every page: ``PRAGMA integrity_check`` (``quick``: ``quick_check``, which skips comparing each
+    index with its table), O(size of the file). The problems found, at most ``MAX_PROBLEMS``; empty: ok.
+    A file SQLite cannot read at all is one problem, not an exception."""
+    pragma = "quick_check" if quick else "integrity_check"
+    try:
+        rows = [r[0] for r in conn.execute(f"PRAGMA {pragma}({MAX_PROBLEMS})").fetchall()]
+    except sqlite3.DatabaseError as e:
+        return [str(e)]
+    except StateError as e:  # the store's connection translates SQLite's errors
+        return [e.message]
+    return [] if rows == ["ok"] else [str(r) for r in rows]
+
+
+def check_after_crash(path: Path) -> None:
+    """The full check of a database its last user did not close (:mod:`spotctl.state.presence`), on a
+    read-only connection: read through the log it left, and closed without checkpointing it, so a file
+    refused here is left as it was — and refused again at the next open, which finds the log again."""
+    conn = _read_only(path, immutable=False)
+    try:
+        problems = full_check(conn, quick=True)
+    finally:
+        conn.close()
+    if problems:
+        raise StateError(f"state database {path} is corrupt (checked in full because the last process to use it "
+                         f"did not close it): {'; '.join(problems[:3])[:300]}",
+                         hint=RESTORE, details={"path": str(path), "problems": problems})
 
 def migrate(conn: sqlite3.Connection, path: Path) -> None:
     try:
@@ -244,6 +298,7 @@ def check_schema(conn: sqlite3.Connection, path: Path) -> None:
     reported at open (exit 9), not a traceback in the middle of a pass."""
     try:
         have = schema_of(conn)
+        have_indexes = indexes_of(conn)
     except sqlite3.DatabaseError as e:
         raise open_error(path, e) from None
     problems = []
@@ -252,6 +307,8 @@ def check_schema(conn: sqlite3.Connection, path: Path) -> None:
             problems.append(f"table {table!r} is missing")
         elif cols - have[table]:
             problems.append(f"table {table!r} lacks column(s) {', '.join(sorted(cols - have[table]))}")
+    problems += [f"index {name!r} of table {table!r} is missing" for name, table in sorted(expected_indexes().items())
+                 if table in have and name not in have_indexes]
     if problems:
         raise StateError(f"state database {path} is damaged: {'; '.join(problems[:4])}"
                          + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""),

@@ -31,10 +31,11 @@ import logging
 import os
 import sqlite3
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 from typing import Self
 
-from spotctl.core.audit import canonical
+from spotctl.core.audit import GENESIS, canonical
 from spotctl.core.budget import Priority
 from spotctl.core.errors import NotFoundError, StateError
 from spotctl.core.lifecycle import check_transition
@@ -54,7 +55,18 @@ from spotctl.state.dbfile import (
 )
 from spotctl.state.lock import RegionLock
 from spotctl.state.memory import Memory
-from spotctl.state.schema import NODE_STATES, SCHEMA_VERSION, check_schema, migrate, precheck
+from spotctl.state.outbox import KINDS
+from spotctl.state.presence import Presence, arrive
+from spotctl.state.prune import LIVE, Prune
+from spotctl.state.schema import (
+    NODE_STATES,
+    SCHEMA_VERSION,
+    check_after_crash,
+    check_schema,
+    full_check,
+    migrate,
+    precheck,
+)
 from spotctl.state.schema import create as create_db
 
 __all__ = ["SCHEMA_VERSION", "Store", "iso", "sqlite_error"]
@@ -74,16 +86,22 @@ def iso(t: float) -> str:
     return text
 
 
-class Store(AuditLog, RegionLock, Memory):
+class Store(AuditLog, RegionLock, Memory, Prune):
     """A region's state database. Use :meth:`open`; close with :meth:`close`."""
 
     # -- opening -------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike, region: str, *, create: bool = True) -> Store:
+    def open(cls, path: str | os.PathLike, region: str, *, create: bool = True,
+             outbox_kinds: Collection[str] | None = None) -> Store:
         """Open a region's state database. Only a missing file means a new region: it is created whole
         (migrated in a temporary file, then linked into place), so no other process ever sees it half made;
-        an existing file that is empty, cut short or not SQLite is corruption and is left untouched."""
+        an existing file that is empty, cut short or not SQLite is corruption and is left untouched.
+
+        The checks at open cost the same whatever the size of the file (header, size, version, schema,
+        enumerated values); every page is read only after an unclean shutdown (:mod:`spotctl.state.presence`)
+        and by :meth:`full_check`. ``outbox_kinds``: the outbox kinds this region queues (those it has a
+        relay for; default: every kind, :data:`spotctl.state.outbox.KINDS`)."""
         path = Path(path)
         created = False
         if not os.path.lexists(path):
@@ -94,12 +112,23 @@ class Store(AuditLog, RegionLock, Memory):
         else:
             check_existing(path)
         check_lock_paths(path)
-        prechecked = False
+        presence = arrive(path)  # before our own connection: its log is not a leftover
+        try:
+            return cls._open(path, region, created, presence, outbox_kinds)
+        except BaseException:
+            presence.release()
+            raise
+
+    @classmethod
+    def _open(cls, path: Path, region: str, created: bool, presence: Presence,
+              outbox_kinds: Collection[str] | None) -> Store:
+        full = not created and presence.unclean
+        if full:  # the last user did not close it: every page is read once, before anything is written
+            check_after_crash(path)
         if not created and not os.path.lexists(f"{path}-wal"):
             seen = version_stamp(path)
             try:
                 precheck(path)
-                prechecked = True
             except StateError:
                 # another process may have opened and checkpointed it meanwhile (the immutable read takes no
                 # lock): only a file that stayed as it was is refused here; else check again, under the locks
@@ -110,23 +139,22 @@ class Store(AuditLog, RegionLock, Memory):
                                    factory=Connection)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout=10000")
-            # read-only checks first (integrity, then version and schema): nothing is written to a file
-            # that turns out to be damaged or foreign, not even the switch to WAL
-            check = "ok" if prechecked else conn.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise sqlite3.DatabaseError(check)
         except sqlite3.DatabaseError as e:
             with contextlib.suppress(UnboundLocalError, sqlite3.Error):
                 conn.close()
             raise open_error(path, e) from None
         store = cls(path, region, conn)
         store.created = created
+        store.full_checked = full
         try:
+            # read-only checks first (version and schema; precheck did them without a log): nothing is written
+            # to a file that turns out to be foreign or damaged, not even the switch to WAL
             migrate(conn, path)
             check_schema(conn, path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
+            store.queue_kinds(KINDS if outbox_kinds is None else outbox_kinds)
         except sqlite3.DatabaseError as e:
             conn.close()
             raise open_error(path, e) from None
@@ -135,14 +163,25 @@ class Store(AuditLog, RegionLock, Memory):
             raise
         conn.state_path = path  # from here on, SQLite failures name the file (StateError)
         store._wal_identity = identity(Path(f"{path}-wal"))
+        store._presence = presence
         return store
 
+    def full_check(self, *, quick: bool = False) -> list[str]:
+        """Read every page of the database (``PRAGMA integrity_check``; ``quick``: ``quick_check``), and check
+        the outbox's pending counters against the rows: the problems found (empty: ok). O(size of the file):
+        for ``spotctl state check`` and ``spotctl doctor``, not for every open."""
+        return full_check(self.conn, quick=quick) or self.outbox_counter_problems()
+
     def close(self) -> None:
-        self.unlock()
-        moved = self._identity is not None and identity(self.path) != self._identity
-        self.conn.close()
-        if moved:
-            self._set_aside_orphans()
+        try:
+            self.unlock()
+            moved = self._identity is not None and identity(self.path) != self._identity
+            self.conn.close()
+            if moved:
+                self._set_aside_orphans()
+        finally:
+            if self._presence is not None:  # after the connection: its clean close has removed the log by now
+                self._presence.release()
 
     def _set_aside_orphans(self) -> None:
         """The database was deleted or replaced while open: SQLite then leaves its write-ahead log at
@@ -173,8 +212,9 @@ class Store(AuditLog, RegionLock, Memory):
         if states:
             sql += f" WHERE state IN ({','.join('?' * len(states))})"
             args = tuple(s.value for s in states)
-        elif live_only:
-            sql += " WHERE state NOT IN ('gone','failed','lost')"
+        elif live_only:  # IN the live states: a range of the state index each, never a scan of the ended rows
+            sql += f" WHERE state IN ({','.join('?' * len(LIVE))})"
+            args = LIVE
         return [_node(r, self.path) for r in self.conn.execute(sql + " ORDER BY id", args)]
 
     def node(self, node_id: str) -> Node:
@@ -201,6 +241,39 @@ class Store(AuditLog, RegionLock, Memory):
             c.execute("INSERT INTO transitions (node_id, from_state, to_state, at, reason, actor) VALUES (?,?,?,?,?,?)",
                       (node.id, None, node.state.value, node.created_at, reason, actor))
             self.event(node, None, reason, node.created_at)
+
+    def known_ids(self, node_ids: list[str]) -> set[str]:
+        """Which of these node ids the store has a row for (of any state)."""
+        found: set[str] = set()
+        for i in range(0, len(node_ids), 500):
+            chunk = node_ids[i:i + 500]
+            found.update(r[0] for r in self.conn.execute(
+                f"SELECT id FROM nodes WHERE id IN ({','.join('?' * len(chunk))})", chunk))
+        return found
+
+    def adopt_nodes(self, adopted: list[tuple[Node, NodeState]], *, at: float, actor: str) -> None:
+        """Record tagged instances we had no record of, in the caller's transaction: each node as
+        :meth:`add_node` records it (``intended``, at its creation), then its transition to the given
+        state (reason ``adopted``) and a ``node.adopt`` audit record — the same rows, in the same order
+        within each table, as those calls one node at a time, written with one ``executemany`` per table
+        and chunk (:func:`spotctl.state.bulk.adoption_rows`). Each node is changed as :meth:`transition`
+        changes it."""
+        from spotctl.state.bulk import AuditRows, EventRows, adoption_rows
+
+        events = EventRows(self.region)
+        with self.tx() as c:
+            head = c.execute("SELECT hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+            chain = AuditRows(self.region, head[0] if head else GENESIS)
+            for i in range(0, len(adopted), 2000):  # chunks: rows of a few thousand nodes in memory at a time
+                nodes, moves, audit, outbox = adoption_rows(adopted[i:i + 2000], at=at, actor=actor, events=events,
+                                                            chain=chain, row=_node_row)
+                c.executemany(f"INSERT INTO nodes ({','.join(_NODE_COLS)}) VALUES "
+                              f"({','.join('?' * len(_NODE_COLS))})", nodes)
+                c.executemany("INSERT INTO transitions (node_id, from_state, to_state, at, reason, actor) "
+                              "VALUES (?,?,?,?,?,?)", moves)
+                c.executemany("INSERT INTO audit (id, at, actor, action, target, result, inputs, prev_hash, hash) "
+                              "VALUES (?,?,?,?,?,?,?,?,?)", audit)
+                c.executemany("INSERT INTO outbox (kind, key, payload, created_at) VALUES (?,?,?,?)", outbox)
 
     def update_node(self, node: Node, **changes) -> Node:
         for k, v in changes.items():

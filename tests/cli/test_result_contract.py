@@ -76,6 +76,8 @@ EVERY_COMMAND = {
     ("audit", "verify"): (["audit", "verify"], "ok", 0),
     ("contract", "check"): (["contract", "check"], "unknown", 7),  # no hard notice yet: no evidence, not met
     ("config", "show"): (["config", "show"], "ok", 0),
+    ("state", "prune"): (["state", "prune", "--dry-run"], "dry-run", 0),
+    ("state", "check"): (["state", "check"], "ok", 0),
     ("version",): (["version"], "ok", 0),
 }
 #: Commands whose stdout is not one envelope, and where their contract is checked instead.

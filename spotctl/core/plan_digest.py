@@ -1,0 +1,68 @@
+"""How a plan input is named: its digest's canonical text, written in parts (issue 14).
+
+:meth:`spotctl.core.plan_input.PlanInput.digest` is the SHA-256 of the input's canonical JSON (sorted keys,
+no spaces, ASCII). Its large parts, the demand and the nodes, are written here without building the JSON of
+every class's pools again and again: each distinct pool set (:func:`pool_sets`) is encoded once, and each
+class from a template (:func:`demand_json`) that writes what the JSON encoder writes.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring_ascii
+from typing import Any
+
+JSON = json.JSONEncoder(separators=(",", ":"), default=str)
+SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
+MARKS = ("\x00spotctl:demand\x00", "\x00spotctl:nodes\x00")  # where the two large parts go in the digest's text
+#: Digest version 1 (every plan recorded before issue 14, and any input whose classes name at most this many
+#: pools in all): SHA-256 of the canonical JSON of the input with each class's pools. Version 2 (larger
+#: inputs, where that JSON grows as classes x pools): SHA-256 of the canonical JSON of the recorded form
+#: (``to_dict``: each distinct pool set once). The version is recorded with the input (none: 1).
+DIGEST_V1_MAX_POOL_NAMES = 100_000
+
+
+def pool_sets(demand: Any, prefix: tuple[list[tuple[str, ...]], list[int]] | None = None,
+              ) -> tuple[list[tuple[str, ...]], list[int]]:
+    """The distinct pool sets of ``demand`` (classes), in order of first use, and each class's set. Classes
+    that share a pools tuple (``build_input`` interns them) cost one look-up each, not one per pool.
+    ``prefix``: what this returned for the first classes of ``demand`` (only the rest are looked at)."""
+    sets: list[tuple[str, ...]] = list(prefix[0]) if prefix else []
+    of_class = list(prefix[1]) if prefix else []
+    by_value: dict[tuple[str, ...], int] = {t: i for i, t in enumerate(sets)}
+    by_id: dict[int, int] = {}
+    for d in demand[len(of_class):]:
+        i = by_id.get(id(d.pools))
+        if i is None:
+            i = by_value.setdefault(d.pools, len(sets))
+            if i == len(sets):
+                sets.append(d.pools)
+            by_id[id(d.pools)] = i
+        of_class.append(i)
+    return sets, of_class
+
+
+def demand_json(demand: Any, sets: list[tuple[str, ...]], of_class: list[int], *, v2: bool) -> str:
+    """``[c.to_dict() for c in demand]`` as canonical JSON; ``v2``: each class's ``pools`` as ``pool_set``
+    (its index in ``sets``), as :meth:`~spotctl.core.plan_input.PlanInput.to_dict` records it."""
+    pools = [f'"pool_set":{i}' for i in range(len(sets))] if v2 else [
+        f'"pools":{JSON.encode(list(t))}' for t in sets]
+    esc = encode_basestring_ascii  # what the encoder writes for a str (ensure_ascii)
+    parts = []
+    for d, i in zip(demand, of_class):
+        s = d.shape
+        try:
+            if not (type(d.count) is type(d.expected_seconds) is type(d.priority) is type(s.gpus)
+                    is type(s.ram_mb) is type(s.vcpu) is int):
+                raise TypeError
+            parts.append(f'{{"count":{d.count},"examples":[{",".join(map(esc, d.examples))}],"expected_seconds":'
+                         f'{d.expected_seconds},"key":{esc(d.key)},{pools[i]},"priority":{d.priority},'
+                         f'"scheduler":{esc(d.scheduler)},"shape":{{"gpus":{s.gpus},"ram_mb":{s.ram_mb},'
+                         f'"vcpu":{s.vcpu}}}}}')
+        except TypeError:  # a value of another type (a replayed record's float, say): as the encoder writes it
+            c = d.to_dict()
+            if v2:
+                del c["pools"]
+                c["pool_set"] = i
+            parts.append(SORTED_JSON.encode(c))
+    return "[" + ",".join(parts) + "]"
