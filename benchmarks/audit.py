@@ -16,7 +16,6 @@ Targets (issue 14, item 4): ``audit verify --full`` and ``audit list -o json`` o
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -137,16 +136,8 @@ def bench(quick: bool = False) -> list[dict]:
     ]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="100k records instead of 1M")
-    args = ap.parse_args()
-    rows = bench(args.quick)
-    for r in rows:
-        print(f"{'PASS' if r['pass'] else 'FAIL'}  {r['name']}: {r['value']} {r['unit']} (target {r['target']}) "
-              f"— {r['detail']}")
-    return 0 if all(r["pass"] for r in rows) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _rows
+
+    sys.exit(_rows.main(bench, __doc__))

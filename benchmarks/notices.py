@@ -150,8 +150,7 @@ def bench(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    result = bench(quick="--quick" in sys.argv[1:])
-    for row in result:
-        print(f"{'PASS' if row['pass'] else 'FAIL'}  {row['name']}: {row['value']} {row['unit']} "
-              f"(target {row['target']}) — {row['detail']}")
-    sys.exit(0 if all(row["pass"] for row in result) else 1)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _rows
+
+    sys.exit(_rows.main(bench, __doc__))

@@ -146,13 +146,8 @@ def bench(quick: bool = False) -> list[dict]:
     return rows
 
 
-def main() -> int:
-    rows = bench(quick="--quick" in sys.argv[1:])
-    for r in rows:
-        print(f"{r['name']:42s} {r['value']:>9} {r['unit']:3s} (target {r['target']}) "
-              f"{'PASS' if r['pass'] else 'FAIL'}  {r['detail']}")
-    return 0 if all(r["pass"] for r in rows) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _rows
+
+    sys.exit(_rows.main(bench, __doc__))

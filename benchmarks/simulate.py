@@ -70,8 +70,7 @@ def bench(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    rows = bench(quick="--quick" in sys.argv[1:])
-    for row in rows:
-        print(f"{'PASS' if row['pass'] else 'FAIL'}  {row['name']}: {row['value']} {row['unit']} "
-              f"(target {row['target']}) — {row['detail']}")
-    sys.exit(0 if all(row["pass"] for row in rows) else 1)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _rows
+
+    sys.exit(_rows.main(bench, __doc__))

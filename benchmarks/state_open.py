@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import sqlite3
 import statistics
 import sys
@@ -185,20 +183,8 @@ def bench(quick: bool = False) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="40 MB and 100k pending rows instead of 200 MB and 1M")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    out = bench(quick=args.quick)
-    if args.json:
-        print(json.dumps(out, indent=2))
-    else:
-        for r in out:
-            print(f"{'PASS' if r['pass'] else 'FAIL'}  {r['name']}: {r['value']} {r['unit']} (target {r['target']})"
-                  f"\n      {r['detail']}")
-    return 0 if all(r["pass"] for r in out) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _rows
+
+    sys.exit(_rows.main(bench, __doc__))
