@@ -300,8 +300,12 @@ def _show_table(console, r: dict) -> None:
 def _verify_table(console, d: dict) -> None:
     walked = (f"incremental, the records after seq {d['from_seq']}" if d["mode"] == "incremental" else
               "full, every kept record" + (f" (pruned up to seq {d['from_seq']})" if d["from_seq"] else ""))
-    console.print(f"region {d['region']}: {d['records']} records checked ({walked}), local chain "
-                  f"{'intact' if d['local_ok'] else 'BROKEN'}")
+    if d["mode"] == "incremental" and not d["records"] and d["local_ok"]:
+        console.print(f"region {d['region']}: no records since the checkpoint (seq {d['from_seq']}), which still "
+                      "holds its hash; `spotctl audit verify --full` walks the whole chain")
+    else:
+        console.print(f"region {d['region']}: {d['records']} records checked ({walked}), local chain "
+                      f"{'intact' if d['local_ok'] else 'BROKEN'}")
     cp = d["checkpoint"]
     if cp["seq"] is not None:
         console.print(f"checkpoint: seq {cp['seq']}" + (" saved" if cp["saved"] else
