@@ -12,8 +12,9 @@ pass, no spend cap; budget burst 500). Two demand mixes at each size:
 - ``distinct``: every unit its own shape and duration (as many demand classes as units).
 
 Targets: 100 pools x 10k units <= 50 ms; 1,000 pools x 100k units <= 1 s; distinct <= 2x usual at the
-same size; 10x the work <= 12x the time (the growth exponent is reported). Only ``plan()`` is timed
-(median of a few runs); the input is built once per case.
+same size; 10x the work <= 12x the time (the growth exponent is reported). Only the planner is timed
+(median of a few runs), as production runs it: through ``spotctl.ops.observe.planned``, which pauses the
+cyclic garbage collector around ``plan()`` (see there); the input is built once per case.
 
     .venv/bin/python benchmarks/planner.py [--quick]
 """
@@ -164,21 +165,22 @@ def make_input(pools: int, units: int, distinct: bool, seed: int = 1, *,
 
 
 def time_plan(inp: PlanInput, runs: int) -> tuple[float, float]:
-    """Median CPU and wall seconds of ``plan(inp)`` over ``runs`` runs, each on a fresh copy of the input
+    """Median CPU and wall seconds of the planner on ``inp`` as production runs it (``ops.observe.planned``:
+    ``plan()`` with the cyclic collector paused) over ``runs`` runs, each on a fresh copy of the input
     (the digest is cached on the input and is part of the planner's work), after a full collection (the
     garbage of building the input is not the planner's). CPU time is the verdict: the planner is one
     thread, and on a shared machine the wall time also counts the other processes."""
     import gc
     from dataclasses import replace
 
-    from spotctl.core.planner import plan
+    from spotctl.ops.observe import planned
 
     cpu, wall = [], []
     for _ in range(runs):
         fresh = replace(inp)
         gc.collect()
         t, c = time.perf_counter(), time.process_time()
-        plan(fresh)
+        planned(fresh)
         cpu.append(time.process_time() - c)
         wall.append(time.perf_counter() - t)
     return statistics.median(cpu), statistics.median(wall)
@@ -222,13 +224,8 @@ def bench(quick: bool = False) -> list[dict]:
     return rows
 
 
-def main() -> int:
-    rows = bench(quick="--quick" in sys.argv[1:])
-    for r in rows:
-        print(f"{r['name']:60s} {r['value']:>9} {r['unit']:3s} (target {r['target']}) "
-              f"{'PASS' if r['pass'] else 'FAIL'}  {r['detail']}")
-    return 0 if all(r["pass"] for r in rows) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _rows
+
+    sys.exit(_rows.main(bench, __doc__))

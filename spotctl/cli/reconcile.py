@@ -68,3 +68,5 @@ def _table(console, d: dict) -> None:
     console.print(f"tokens used {b['tokens_used']}, left {b['tokens_left']}")
     for src, msg in d["degraded"].items():
         console.print(f"degraded {src}: {msg}")
+    if d.get("pruned"):
+        console.print("pruned " + ", ".join(f"{n} {t}" for t, n in d["pruned"].items()))

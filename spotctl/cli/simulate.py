@@ -133,7 +133,7 @@ def _table(console, r: dict) -> None:
              f"steps taken (launch: nodes); failed: {fmt.counts(rec['failed_actions'])}"),
             ("API tokens (tokens)", str(rec["tokens_used"]), "mutating cloud calls, from the token budget"),
             ("audit records (records)", f"{audit['records']}, hash chain {'ok' if audit['chain_ok'] else 'BROKEN'}",
-             f"{rec['outbox_rows']} events and records sent via the outbox"),
+             _outbox_note(rec)),
         ]
     if "wall_seconds" in r:
         rows.append(("wall time (s)", f"{r['wall_seconds']:g}", "real time the simulation took"))
@@ -151,3 +151,13 @@ def _table(console, r: dict) -> None:
 
 
 _SECTION = ("",)  # a rule between groups of rows
+
+
+def _outbox_note(rec: dict) -> str:
+    """What the simulation left in the outbox: queued (a simulation runs no relay), or nothing because the
+    region configures no relay for any kind."""
+    kinds = rec.get("outbox_kinds")
+    if kinds == []:
+        return "outbox: nothing queued (no relay configured: the region has no kafka or audit section)"
+    return f"{rec['outbox_rows']} events and records queued in the outbox for {', '.join(kinds or ['the relays'])}"
+

@@ -46,8 +46,12 @@ def prune(
     undelivered outbox row, a running pass, the newest plan, or an audit record
     the audit service has not acknowledged. Takes the region lock (waits for a
     pass up to --wait, then exit 6) and records one audit record with the
-    counts. Progress goes to stderr. A prune killed half way loses nothing
-    that should be kept: run it again to finish.
+    counts. Progress goes to stderr. An audit record "started" (with the
+    policy) comes before the first delete, and one with the counts after
+    the last: result ok, or partial on Ctrl-C or SIGTERM, which stop it
+    after the batch under way (exit 130 or 143). A prune killed half way,
+    even with kill -9, loses nothing that should be kept: run it again to
+    finish.
 
     Example: spotctl state prune --dry-run
     """
@@ -61,7 +65,13 @@ def prune(
 
     data = do_prune(store, region.retention, now=time.time(), actor=region.actor or os_actor(), dry_run=dry_run,
                     wait=wait, lock_wait=LockSpinner(st), progress=st.progress)
-    render.emit(st.fmt(), "state prune", data, status="dry-run" if dry_run else "ok", table=_prune_table)
+    stopped = data.get("interrupted")
+    code = {"SIGINT": ExitCode.INTERRUPTED, "SIGTERM": ExitCode.TERMINATED}.get(stopped or "", ExitCode.OK)
+    render.emit(st.fmt(), "state prune", data, status="dry-run" if dry_run else "partial" if stopped else "ok",
+                exit_code=code, table=_prune_table)
+    if code:
+        render.error(f"state prune stopped by {stopped} after {data['deleted_total']} rows; run it again to finish")
+        raise typer.Exit(int(code))
 
 
 @state_app.command()
@@ -102,7 +112,8 @@ def _prune_table(console, d: dict) -> None:
             t.add_row(r["table"], r["retention"], str(r["rows"]), eligible, str(r["kept"]), why or "-")
         console.print(t)
         return
-    t = Table(title=f"Pruned region {d['region']}: {d['deleted_total']} rows in {d['duration_s']} s",
+    t = Table(title=f"Pruned region {d['region']}: {d['deleted_total']} rows in {d['duration_s']} s"
+              + (f" (stopped by {d['interrupted']}: run it again to finish)" if d.get("interrupted") else ""),
               title_justify="left")
     for col in ("table", "retention", "deleted", "rows left"):
         t.add_column(col)

@@ -33,9 +33,14 @@ BROKEN_LINK = ("its prev_hash is not the hash of the record before it "
 ALTERED = "its content does not match its hash (the record was altered)"
 
 
+#: the encoder ``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)``
+#: builds on every call, built once (``encode`` keeps no state between calls: safe from any thread)
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode
+
+
 def canonical(obj: Any) -> str:
     """The canonical JSON of a value: sorted keys, no spaces, UTF-8 kept (not ``\\u`` escaped)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _CANONICAL(obj)
 
 
 def audit_hash(record: Mapping[str, Any], prev_hash: str) -> str:

@@ -3,7 +3,8 @@
 :meth:`spotctl.core.plan_input.PlanInput.digest` is the SHA-256 of the input's canonical JSON (sorted keys,
 no spaces, ASCII). Its large parts, the demand and the nodes, are written here without building the JSON of
 every class's pools again and again: each distinct pool set (:func:`pool_sets`) is encoded once, and each
-class from a template (:func:`demand_json`) that writes what the JSON encoder writes.
+class from a template (:func:`demand_json`) that writes what the JSON encoder writes. A pool's recorded form
+(:func:`pool_to_dict`, :func:`pool_from_dict`) is here too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 from json.encoder import encode_basestring_ascii
 from typing import Any
+
+from .models import KubernetesBinding, PoolClass, PoolKind, PoolSpec, Shape, SlurmBinding
 
 JSON = json.JSONEncoder(separators=(",", ":"), default=str)
 SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
@@ -66,3 +69,26 @@ def demand_json(demand: Any, sets: list[tuple[str, ...]], of_class: list[int], *
                 c["pool_set"] = i
             parts.append(SORTED_JSON.encode(c))
     return "[" + ",".join(parts) + "]"
+
+
+def pool_to_dict(p: PoolSpec) -> dict[str, Any]:
+    return {
+        "name": p.name, "kind": str(p.kind), "class": str(p.pool_class), "az": p.az, "shape": p.shape.to_dict(),
+        "flavor": p.flavor, "resource_class": p.resource_class, "aggregate": p.aggregate, "image": p.image,
+        "networks": p.networks, "max_nodes": p.max_nodes,
+        "kubernetes": {"labels": [list(x) for x in p.kubernetes.labels], "taints": list(p.kubernetes.taints)},
+        "slurm": {"partition": p.slurm.partition, "features": list(p.slurm.features)},
+        "boot_seconds": p.boot_seconds, "cleaning_seconds": p.cleaning_seconds, "list_price": p.list_price,
+    }
+
+
+def pool_from_dict(d: dict[str, Any]) -> PoolSpec:
+    return PoolSpec(
+        name=d["name"], kind=PoolKind(d["kind"]), pool_class=PoolClass(d["class"]), az=d["az"],
+        shape=Shape(**d["shape"]), flavor=d["flavor"], resource_class=d["resource_class"], aggregate=d["aggregate"],
+        image=d["image"], networks=d["networks"], max_nodes=d["max_nodes"],
+        kubernetes=KubernetesBinding(labels=tuple(tuple(x) for x in d["kubernetes"]["labels"]),
+                                     taints=tuple(d["kubernetes"]["taints"])),
+        slurm=SlurmBinding(partition=d["slurm"]["partition"], features=tuple(d["slurm"]["features"])),
+        boot_seconds=d["boot_seconds"], cleaning_seconds=d["cleaning_seconds"], list_price=d["list_price"],
+    )

@@ -9,8 +9,10 @@ input is recorded with every executed plan (``to_dict``/``from_dict``), so that 
 from __future__ import annotations
 
 import hashlib
+import heapq
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 from .budget import Bucket
@@ -18,22 +20,27 @@ from .capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, calendar_id
 from .config import Policy
 from .models import (
     Exclusion,
-    KubernetesBinding,
     Node,
     NodeState,
     NodeUsage,
     Notice,
     NoticeKind,
-    PoolClass,
-    PoolKind,
     PoolSpec,
     Quota,
     RateCard,
     Shape,
-    SlurmBinding,
     WorkUnit,
 )
-from .plan_digest import DIGEST_V1_MAX_POOL_NAMES, JSON, MARKS, SORTED_JSON, demand_json, pool_sets
+from .plan_digest import (
+    DIGEST_V1_MAX_POOL_NAMES,
+    JSON,
+    MARKS,
+    SORTED_JSON,
+    demand_json,
+    pool_from_dict,
+    pool_sets,
+    pool_to_dict,
+)
 
 EXAMPLES = 20  # unit ids kept per demand class (plan JSON and --explain)
 REPLACEMENT = "replacement"  # the "scheduler" of synthetic demand: capacity for work on nodes about to go
@@ -140,7 +147,7 @@ class PlanInput:
             raise ValueError(f"unknown plan input digest version {self.digest_version!r}")
         md, mn = (JSON.encode(m) for m in MARKS)
         sets = {"pool_sets": [list(t) for t in self.demand_sets[0]], "digest_version": 2} if v2 else {}
-        text = SORTED_JSON.encode({**self._small_dict(), **sets, "demand": MARKS[0], "nodes": MARKS[1]})
+        text = SORTED_JSON.encode({**self._small, **sets, "demand": MARKS[0], "nodes": MARKS[1]})
         if text.count(md) != 1 or text.count(mn) != 1 or text.index(md) > text.index(mn):
             whole = self.to_dict() if v2 else self._legacy_dict()
             return hashlib.sha256(SORTED_JSON.encode(whole).encode()).hexdigest()
@@ -149,7 +156,7 @@ class PlanInput:
         h = hashlib.sha256(head.encode())
         h.update(self._demand_json(v2).encode())
         h.update(mid.encode())
-        h.update(SORTED_JSON.encode([n.to_dict() for n in self.nodes]).encode())
+        h.update(SORTED_JSON.encode(self._node_dicts).encode())
         h.update(tail.encode())
         return h.hexdigest()
 
@@ -164,6 +171,11 @@ class PlanInput:
         return demand_json(self.demand, *self.demand_sets, v2=v2)
 
     @cached_property
+    def _node_dicts(self) -> list[dict[str, Any]]:
+        """The nodes as recorded, made once for the digest and the record (``to_dict``) alike."""
+        return [n.to_dict() for n in self.nodes]
+
+    @cached_property
     def _recorded(self) -> dict[str, Any]:
         sets, of_class = self.demand_sets
         demand = []
@@ -172,16 +184,17 @@ class PlanInput:
             del d["pools"]
             d["pool_set"] = i
             demand.append(d)
-        return {**self._small_dict(), "nodes": [n.to_dict() for n in self.nodes], "demand": demand,
+        return {**self._small, "nodes": self._node_dicts, "demand": demand,
                 "pool_sets": [list(t) for t in sets], "digest_version": self.resolved_digest_version}
 
     def _legacy_dict(self) -> dict[str, Any]:
         """The whole input, each class with its pools: what the digest is the SHA-256 of (as JSON)."""
-        return {**self._small_dict(), "nodes": [n.to_dict() for n in self.nodes],
-                "demand": [d.to_dict() for d in self.demand]}
+        return {**self._small, "nodes": self._node_dicts, "demand": [d.to_dict() for d in self.demand]}
 
-    def _small_dict(self) -> dict[str, Any]:
-        """Every input but the nodes and the demand (a size of the pools, not of the fleet)."""
+    @cached_property
+    def _small(self) -> dict[str, Any]:
+        """Every input but the nodes and the demand (a size of the pools, not of the fleet); made once for the
+        digest and the record alike."""
         rc = self.rate_card
         return {
             "region": self.region,
@@ -253,29 +266,6 @@ class PlanInput:
         )
 
 
-def pool_to_dict(p: PoolSpec) -> dict[str, Any]:
-    return {
-        "name": p.name, "kind": str(p.kind), "class": str(p.pool_class), "az": p.az, "shape": p.shape.to_dict(),
-        "flavor": p.flavor, "resource_class": p.resource_class, "aggregate": p.aggregate, "image": p.image,
-        "networks": p.networks, "max_nodes": p.max_nodes,
-        "kubernetes": {"labels": [list(x) for x in p.kubernetes.labels], "taints": list(p.kubernetes.taints)},
-        "slurm": {"partition": p.slurm.partition, "features": list(p.slurm.features)},
-        "boot_seconds": p.boot_seconds, "cleaning_seconds": p.cleaning_seconds, "list_price": p.list_price,
-    }
-
-
-def pool_from_dict(d: dict[str, Any]) -> PoolSpec:
-    return PoolSpec(
-        name=d["name"], kind=PoolKind(d["kind"]), pool_class=PoolClass(d["class"]), az=d["az"],
-        shape=Shape(**d["shape"]), flavor=d["flavor"], resource_class=d["resource_class"], aggregate=d["aggregate"],
-        image=d["image"], networks=d["networks"], max_nodes=d["max_nodes"],
-        kubernetes=KubernetesBinding(labels=tuple(tuple(x) for x in d["kubernetes"]["labels"]),
-                                     taints=tuple(d["kubernetes"]["taints"])),
-        slurm=SlurmBinding(partition=d["slurm"]["partition"], features=tuple(d["slurm"]["features"])),
-        boot_seconds=d["boot_seconds"], cleaning_seconds=d["cleaning_seconds"], list_price=d["list_price"],
-    )
-
-
 def _notice_dict(n: Notice | None) -> dict[str, Any] | None:
     if n is None:
         return None
@@ -319,15 +309,20 @@ def build_input(
         if not node.live and not (node.state is NodeState.FAILED and node.instance_id):
             continue  # a failed node with an instance (an ERROR server) stays: the planner deletes it
         us = by_node.get(node.id, [])
-        used = us[0].used if len(us) == 1 else Shape()
         running = 0
         last_busy = None
+        some_cordoned = False  # some scheduler has it cordoned
+        v = r = g = 0  # what runs on it, summed over its schedulers
         for u in us:
-            if len(us) > 1:
-                used = used + u.used
+            s = u.used
+            v, r, g = v + s.vcpu, r + s.ram_mb, g + s.gpus
             running += u.running
-            if u.last_busy_at is not None:
-                last_busy = u.last_busy_at if last_busy is None else max(last_busy, u.last_busy_at)
+            lb = u.last_busy_at
+            if lb is not None and (last_busy is None or lb > last_busy):
+                last_busy = lb
+            if u.cordoned:
+                some_cordoned = True
+        used = us[0].used if len(us) == 1 else Shape(v, r, g) if us else Shape()
         notice = by_instance.get(node.instance_id) if node.instance_id else None
         if notice is not None and notice.kind is not NoticeKind.HARD:
             advisories[node.pool] = advisories.get(node.pool, 0) + 1
@@ -337,34 +332,19 @@ def build_input(
             if idle_since is None:
                 idle_since = node.updated_at
         views.append(NodeView(
-            id=node.id, pool=node.pool, state=node.state, used=used, running=running,
-            cordoned=node.cordoned or any(u.cordoned for u in us), idle_since=idle_since,
-            notice=notice, price=node.price,
+            id=node.id, pool=node.pool, state=node.state, used=used, running=running, notice=notice,
+            cordoned=node.cordoned or some_cordoned, idle_since=idle_since, price=node.price, known=bool(us),
             drain_started=node.updated_at if node.state is NodeState.DRAINING else None, host=node.host,
-            protected_until=node.protected_until, protect_closed=node.protect_closed, cordoned_by_us=node.cordoned,
-            known=bool(us),
-        ))
-    classes: dict[tuple[Any, ...], list[Any]] = {}
-    for w in units:
-        key = (str(w.scheduler), w.shape, w.priority, w.expected_seconds, w.partition, w.features,
-               w.node_selector, w.tolerations)
-        entry = classes.get(key)
-        if entry is None:
-            entry = classes[key] = [w, 0, []]
-        entry[1] += 1
-        ex = entry[2]
-        if len(ex) < EXAMPLES:
-            ex.append(w.id)
-            ex.sort()
-        elif w.id < ex[-1]:
-            ex[-1] = w.id
-            ex.sort()
+            protected_until=node.protected_until, protect_closed=node.protect_closed, cordoned_by_us=node.cordoned))
+    classes = _unit_classes(units)
     demand = []
     # the pools that serve a binding (scheduler, partition, features, selector, tolerations), by pool shape;
     # and one shared tuple per distinct set of pools (O(classes x shapes), not O(classes x pools))
     serving: dict[tuple[Any, ...], list[tuple[Shape, list[str]]]] = {}
     interned: dict[tuple[Any, ...], tuple[str, ...]] = {}
-    for key, (sample, count, examples) in classes.items():
+    for key, (sample, ids) in classes.items():
+        count = len(ids)
+        examples = sorted(ids) if count <= EXAMPLES else heapq.nsmallest(EXAMPLES, ids)
         binding = (key[0],) + key[4:]
         by_shape = serving.get(binding)
         if by_shape is None:
@@ -381,7 +361,7 @@ def build_input(
         demand.append(DemandClass(
             key=hashlib.sha1(k.encode()).hexdigest()[:10], scheduler=key[0], shape=sample.shape,
             priority=sample.priority, expected_seconds=sample.expected_seconds, count=count,
-            pools=served, examples=tuple(sorted(examples)),
+            pools=served, examples=tuple(examples),
         ))
     demand.sort(key=lambda d: (-d.priority, -d.shape.gpus, -d.shape.vcpu, -d.shape.ram_mb, d.expected_seconds, d.key))
     return PlanInput(
@@ -394,3 +374,30 @@ def build_input(
         host_reclaims={h: t for h, t in (host_reclaims or {}).items() if now <= t <= now + HORIZON_SECONDS},
         usage_unread=frozenset(usage_unread),
     )
+
+
+#: A unit's class, read in C (no frozen-dataclass hash per unit): scheduler, shape as three ints, priority,
+#: duration and binding. :func:`_unit_classes` turns it into the class key of old (``str`` scheduler, Shape).
+_UNIT_KEY = attrgetter("scheduler", "shape.vcpu", "shape.ram_mb", "shape.gpus", "priority", "expected_seconds",
+                       "partition", "features", "node_selector", "tolerations")
+
+
+def _unit_classes(units: list[WorkUnit]) -> dict[tuple[Any, ...], tuple[WorkUnit, list[str]]]:
+    """Pending units by demand class, in order of first appearance: key (``str`` scheduler, shape, priority,
+    duration, partition, features, selector, tolerations) -> (the class's first unit, every unit id)."""
+    raw: dict[tuple[Any, ...], list[Any]] = {}
+    for key, w in zip(map(_UNIT_KEY, units), units):
+        if (entry := raw.get(key)) is not None:
+            entry.append(w.id)
+        else:
+            raw[key] = [w, w.id]
+    classes: dict[tuple[Any, ...], tuple[WorkUnit, list[str]]] = {}
+    for entry in raw.values():  # keys equal once the scheduler is a str (an enum and its value) are one class
+        w = entry[0]
+        key = (str(w.scheduler), w.shape, w.priority, w.expected_seconds, w.partition, w.features,
+               w.node_selector, w.tolerations)
+        if (got := classes.get(key)) is not None:
+            got[1].extend(entry[1:])
+        else:
+            classes[key] = (w, entry[1:])
+    return classes

@@ -296,19 +296,28 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
     if no_notice is None:
         without_notices = "notices" in snap.degraded or not rt.contract.provides_notices
         no_notice = frozenset(rt.region.pools) if without_notices else frozenset()
-    inp = build_input(
-        region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
-        headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota,
-        rate_card=snap.rate_card, nodes=nodes if nodes is not None else [
-            n for n in rt.store.nodes(live_only=True) + rt.store.nodes(states=(NodeState.FAILED,))
-            if plannable(n)],
-        usage=snap.usage, notices=snap.notices,
-        units=snap.units, excluded=excluded, recent_reclaims=rt.store.recent_reclaims(now - RECLAIM_WINDOW),
-        pool_failures=rt.store.pool_failures(now), budget=rt.bucket(), no_notice_pools=no_notice,
-        exclusions=snap.exclusions, host_reclaims=host_reclaims(rt, snap),
-        usage_unread=frozenset({k.split(":", 1)[1] for k in snap.degraded if k.startswith("scheduler:")}
-                               | ({"kubernetes", "slurm"} - {s.name for s in rt.schedulers})),
-    )
+    if nodes is None:
+        nodes = [n for n in rt.store.nodes(live_only=True) + rt.store.nodes(states=(NodeState.FAILED,))
+                 if plannable(n)]
+    reclaims, failures = rt.store.recent_reclaims(now - RECLAIM_WINDOW), rt.store.pool_failures(now)
+    bucket, hosts = rt.bucket(), host_reclaims(rt, snap)
+    import gc  # the cyclic collector is paused while the input is built (pure CPU, read already): see planned()
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        inp = build_input(
+            region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
+            headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota, rate_card=snap.rate_card,
+            nodes=nodes, usage=snap.usage, notices=snap.notices, units=snap.units, excluded=excluded,
+            recent_reclaims=reclaims, pool_failures=failures, budget=bucket, no_notice_pools=no_notice,
+            exclusions=snap.exclusions, host_reclaims=hosts,
+            usage_unread=frozenset({k.split(":", 1)[1] for k in snap.degraded if k.startswith("scheduler:")}
+                                   | ({"kubernetes", "slurm"} - {s.name for s in rt.schedulers})),
+        )
+    finally:
+        if collecting:
+            gc.enable()
     log.info("plan input: %d of our nodes, %d demand classes, %d units not counted as demand%s; no-notice "
              "pools: %s; budget %.1f tokens", len(inp.nodes), len(inp.demand), sum(excluded.values()),
              f" ({', '.join(f'{k}: {v}' for k, v in sorted(excluded.items()))})" if excluded else "",
@@ -319,8 +328,22 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
 def planned(inp: PlanInput) -> Plan:
     """The pure planner on ``inp``, its result logged: the actions by kind and the planner's time (-v),
     and each action with its reason (-vv)."""
+    import gc
+
+    # The planner is pure CPU over small objects made and dropped by the hundred thousand, with no cycles
+    # among them to speak of; the cyclic collector, set off by those allocations, rescans the whole heap
+    # (the snapshot, the plan input) again and again: a third of the planner's time at 100k units, for
+    # nothing found. It is paused while the planner runs (nothing waits there: no I/O, no lock) and put
+    # back as it was whatever happens; what little cyclic garbage there is goes at the next collection.
+    # benchmarks/planner.py times the planner through this function.
     t = time.perf_counter()
-    p = make_plan(inp)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        p = make_plan(inp)
+    finally:
+        if collecting:
+            gc.enable()
     log.info("plan %s: %d actions%s, planned in %.1f ms", p.id, len(p.actions),
              f" ({_by(str(a.kind) for a in p.actions)})" if p.actions else "", (time.perf_counter() - t) * 1000)
     for a in p.actions:

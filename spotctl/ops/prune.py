@@ -29,7 +29,12 @@ log = logging.getLogger(__name__)
 
 DAY = 86_400.0
 BATCH = 1_000  # rows per write transaction of `state prune` (tens of milliseconds each)
-PASS_BATCH = 200  # rows per write transaction of the prune in a pass: a few milliseconds, well inside its budget
+PASS_BATCH = 200  # most rows per write transaction of the prune in a pass: a few milliseconds, well inside its budget
+FIRST_BATCH = 50  # a table's first batch in a budgeted prune, before its cost per row is known; doubled after each
+DEFAULT_RATE = 5e-4  # s per row assumed of a table not measured yet when no other table is (50 rows: 25 ms)
+MIN_RATE = 1e-7  # s per row: the least a measure is taken for
+MARGIN = 2.0  # a batch is begun only when twice its estimate fits in what is left of the budget
+BATCH_SHARE = 0.125  # and is estimated at most an eighth of the budget: what a slow one overshoots by is small
 PROGRESS_EVERY_S = 2.0
 
 #: The retention each table's age is measured against (reclaims go with the nodes they were of).
@@ -62,36 +67,59 @@ def report(store: Store, retention: Retention, now: float) -> list[dict[str, Any
 
 
 def run(store: Store, retention: Retention, now: float, *, budget_s: float | None = None, resume: bool = False,
-        batch: int | None = None, progress: Callable[[dict[str, int]], None] | None = None
-        ) -> tuple[dict[str, int], bool]:
-    """Prune every table, a batch at a time, round-robin so that each table gets its turn; stop when
-    ``budget_s`` (monotonic seconds) is used up. Returns (rows deleted per table, whether all is done).
+        batch: int | None = None, progress: Callable[[dict[str, int]], None] | None = None,
+        stop: Callable[[], bool] | None = None) -> tuple[dict[str, int], bool]:
+    """Prune every table, a batch at a time, round-robin so that each table gets its turn. Returns (rows
+    deleted per table, whether all is done).
+
+    With ``budget_s`` (monotonic seconds, the passes) a table's batches start at :data:`FIRST_BATCH` rows
+    and double up to ``batch``, each sized from the table's seconds per row measured on earlier batches
+    (kept on the store, :meth:`Store.prune_rates`) to at most :data:`BATCH_SHARE` of the budget: a batch
+    whose estimate (with :data:`MARGIN`) does not fit in what is left of the budget is not begun. Without it, batches of ``batch`` (:data:`BATCH`) rows until all is done, or
+    until ``stop()`` says so between two batches (a signal to ``state prune``).
 
     ``resume`` (the passes): walk the transitions and the delivered outbox rows on from where the last
     pass's walk ended, so that what they keep (a large fleet's old transitions of live nodes, 90 days of
-    delivered audit records' rows) is not read again by every pass. Those rows go with their node or
-    audit record; a row written (or delivered) late with an older time is left to ``state prune``, which
-    walks the whole table."""
+    delivered audit records' rows) is not read again by every pass, and read the sizes of the plans
+    recorded since the last check only. Those rows go with their node or audit record; a row written (or
+    delivered) late with an older time is left to ``state prune``, which walks the whole table."""
     cut, caps = cutoffs(retention, now), _plan_caps(retention)
     deleted = dict.fromkeys(TABLES, 0)
     saved = {t: _saved_cursor(store, t) for t in SCANNED} if resume else {}
     cursors: dict[str, Any] = dict(saved)
+    most = batch or BATCH
+    rates = store.prune_rates()
+    size = dict.fromkeys(TABLES, min(FIRST_BATCH, most) if budget_s is not None else most)
     todo = list(TABLES)
     t0 = last = time.monotonic()
-    longest = 0.0  # the longest batch so far: the next one is not begun unless it would fit in the budget too
     try:
         while todo:
+            ran = False
             for table in list(todo):
-                if budget_s is not None and time.monotonic() - t0 + longest >= budget_s:
+                if stop is not None and stop():
                     return deleted, False
+                n = size[table]
+                if budget_s is not None:
+                    rate = rates.get(table, max(rates.values(), default=DEFAULT_RATE))
+                    n = min(n, int((budget_s - (time.monotonic() - t0)) / (rate * MARGIN)),
+                            int(budget_s * BATCH_SHARE / rate))
+                    if n < 1:  # not even a row of it fits in what is left: the next pass goes on
+                        continue
                 t1 = time.monotonic()
-                counts, cursors[table], done = store.prune_step(table, batch or BATCH, cutoff=cut.get(table, 0.0),
-                                                                cursor=cursors.get(table), **caps)
-                longest = max(longest, time.monotonic() - t1)
-                for k, n in counts.items():
-                    deleted[k] = deleted.get(k, 0) + n
+                counts, cursors[table], done = store.prune_step(table, n, cutoff=cut.get(table, 0.0),
+                                                                cursor=cursors.get(table), cached=resume, now=now,
+                                                                **caps)
+                ran = True
+                seen = max((time.monotonic() - t1) / n, MIN_RATE)  # a clock that stood still measured nothing
+                # up at once, down by half the gap: a slow batch is believed, a fast one only slowly
+                rates[table] = seen if table not in rates else max(seen, (rates[table] + seen) / 2)
+                size[table] = min(most, size[table] * 2)
+                for k, v in counts.items():
+                    deleted[k] = deleted.get(k, 0) + v
                 if done:
                     todo.remove(table)
+            if not ran:
+                return deleted, False
             if progress is not None and time.monotonic() - last >= PROGRESS_EVERY_S:
                 last = time.monotonic()
                 progress(deleted)
@@ -144,28 +172,69 @@ def prune_in_pass(rt: Runtime, seq: int | None, budget_s: float | None = None) -
 def prune(store: Store, retention: Retention, *, now: float, actor: str, dry_run: bool = False, wait: float = 0.0,
           lock_wait: LockWait | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``spotctl state prune``: the dry run reports; else, under the region lock (waiting up to ``wait`` s
-    for it; RefusedError, exit 6, naming the holder when it stays busy), deletes everything due and
-    records one ``state.prune`` audit record with the counts."""
+    for it; RefusedError, exit 6, naming the holder when it stays busy), records a ``state.prune`` audit
+    record ``started`` with the policy, deletes everything due, and records a second one with the counts:
+    ``ok``, or ``partial`` when SIGINT or SIGTERM came (the batch under way is finished, no other begun;
+    ``interrupted`` in the result names the signal). A kill -9 leaves the ``started`` record alone."""
     if dry_run:
         return {"region": store.region, "dry_run": True, "tables": report(store, retention, now)}
-    with _locked(store, wait, f"state prune, by {actor}", lock_wait):
+    policy = {t: _retention_text(t, retention) for t in TABLES}
+    with _locked(store, wait, f"state prune, by {actor}", lock_wait), _Signals() as signals:
         t0 = time.perf_counter()
+        first = store.audit(actor=actor, action="state.prune", target=store.region, result="started",
+                            inputs={"retention": policy}, at=now)
 
         def said(deleted: dict[str, int]) -> None:
             if progress is not None:
                 progress(f"pruning: {sum(deleted.values())} rows deleted so far "
                          f"({', '.join(f'{k} {v}' for k, v in deleted.items() if v) or 'none yet'})")
 
-        deleted, _ = run(store, retention, now, progress=said)
+        deleted, done = run(store, retention, now, progress=said, stop=signals.came)
         duration = round(time.perf_counter() - t0, 3)
         left = {t: store.conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in deleted}
-        rec = store.audit(actor=actor, action="state.prune", target=store.region, result="ok",
-                          inputs={"deleted": deleted, "retention": {t: _retention_text(t, retention) for t in deleted}},
-                          at=now)
+        rec = store.audit(actor=actor, action="state.prune", target=store.region, result="ok" if done else "partial",
+                          inputs={"deleted": deleted, "retention": policy, "started": first["id"],
+                                  **({"interrupted": signals.name} if signals.name else {})}, at=now)
     return {"region": store.region, "dry_run": False, "duration_s": duration, "audit_record": rec["id"],
-            "deleted_total": sum(deleted.values()),
-            "tables": [{"table": t, "retention": _retention_text(t, retention), "deleted": deleted.get(t, 0),
+            "started_record": first["id"], "interrupted": signals.name, "deleted_total": sum(deleted.values()),
+            "tables": [{"table": t, "retention": policy[t], "deleted": deleted.get(t, 0),
                         "rows": left[t]} for t in deleted]}
+
+
+class _Signals:
+    """SIGINT and SIGTERM held off while a prune runs (main thread only): the first of them is noted, and
+    the prune stops between two batches; the handlers of before are put back after."""
+
+    WHICH = ("SIGINT", "SIGTERM")
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def came(self) -> bool:
+        return self.name is not None
+
+    def __enter__(self) -> _Signals:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.WHICH:
+                num = getattr(signal, name)
+                self._old[num] = signal.signal(num, self._note)
+        return self
+
+    def _note(self, signum: int, frame: object) -> None:
+        import signal
+
+        self.name = self.name or signal.Signals(signum).name
+        log.warning("%s: the prune stops after the batch under way", self.name)
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for num, old in self._old.items():
+            signal.signal(num, old)
 
 
 def check(store: Store) -> dict[str, Any]:

@@ -42,6 +42,7 @@ class PassResult:
     message: str = ""
     contract_changes: list[dict] = field(default_factory=list)
     relay: dict | None = None  # outbox kind -> what the relay delivered and what stays queued
+    pruned: dict[str, int] = field(default_factory=dict)  # table -> rows the prune after the pass deleted
 
     def to_dict(self) -> dict:
         return {
@@ -58,6 +59,7 @@ class PassResult:
             "budget": {"tokens_used": self.tokens_used, "tokens_left": round(self.tokens_left, 3)},
             "contract_changes": self.contract_changes,
             "relay": self.relay,
+            "pruned": self.pruned,
         }
 
 
@@ -133,7 +135,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
         rt.store.finish_pass(seq, result.status, {
             "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
             "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
-    prune_in_pass(rt, seq)  # what the retention lets go, within its time budget (spotctl.ops.prune)
+    result.pruned = prune_in_pass(rt, seq).get("rows", {})  # what the retention lets go, in its time budget
     log.info("pass%s: ended %s in %.1f ms, %d tokens used, %.1f left", f" {seq}" if seq is not None else "", result.status,
              result.duration_s * 1000, result.tokens_used, result.tokens_left)
     return result

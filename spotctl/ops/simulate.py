@@ -21,6 +21,7 @@ from spotctl.core.ports import FixedClock
 from spotctl.state.store import Store
 
 from .reconcile import run_pass
+from .relay import queued_kinds
 from .runtime import Runtime
 
 # A fixed default start keeps a simulation reproducible for a seed: Monday 2026-01-05 00:00 UTC.
@@ -46,7 +47,8 @@ def simulate(region: RegionConfig, build: WorldFactory, *, hours: float, seed: i
         db = Path(state_dir or tmp) / f"simulate-{region.name}-{seed}.db"
         if db.exists():
             db.unlink()
-        store = Store.open(db, region.name)
+        # a simulation runs no relay: the region queues what its config says it would deliver, no more
+        store = Store.open(db, region.name, outbox_kinds=queued_kinds(region))
         try:
             rt = Runtime(region=region, store=store, cloud=cloud, contract=contract, schedulers=schedulers,
                          clock=clock, actor="spotctl-simulate", concurrent_observe=False)
@@ -76,7 +78,7 @@ def simulate(region: RegionConfig, build: WorldFactory, *, hours: float, seed: i
                 "passes": passes, "interval_s": interval, "pass_status": statuses, "actions": kinds,
                 "failed_actions": failed, "tokens_used": store.tokens_used_total(),
                 "audit": {"records": n, "chain_ok": ok, "first_bad": bad["id"] if bad else None},
-                "outbox_rows": store.counts()["outbox"],
+                "outbox_rows": store.counts()["outbox"], "outbox_kinds": sorted(queued_kinds(region)),
             }
             report["wall_seconds"] = round(time.perf_counter() - t0, 2)
             if state_dir:

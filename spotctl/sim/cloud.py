@@ -165,6 +165,8 @@ class Fleet:
         self._hv: dict[str, list[HostCapacity]] = {}
         self.live = {p: 0 for p in self.w.pools}  # instances not deleted, per pool
         self.used = [0, 0, 0]  # quota usage: instances, vcpu, ram_mb
+        #: per pool, where the last first fit placed a node: (now, shape, guard, version after it, host index)
+        self._fit_from: dict[str, tuple[float, Shape, float, int, int]] = {}
 
     # --- capacity ------------------------------------------------------------
 
@@ -258,7 +260,7 @@ class Fleet:
                 w.stats["launch_failures"] += 1
                 raise CapacityError(f"Quota exceeded for {what}: requested {need}, used {have} of {limit}"
                                     f" (pool {spec.name})", details={"pool": spec.name, "quota": what})
-        host = self._first_fit(spec, now)
+        host, at = self._first_fit(spec, now)
         if host is None:
             w.stats["launch_failures"] += 1
             raise CapacityError(f"No valid host was found for pool {spec.name} ({spec.az}): "
@@ -269,15 +271,27 @@ class Fleet:
         iid = uuid_from(keyed(w.seed, "instance", self.counter))
         inst = SimInstance(iid, name, spec.name, host.name, action_id, shape, now, now + spec.boot_seconds)
         self._attach(inst)
+        # the hosts before this one did not fit at this time; until something else changes the fleet
+        # (``version``), the next first fit of the same shape starts here (attaching only fills hosts)
+        self._fit_from[spec.name] = (now, spec.shape, self.w.knobs.reservation_guard_seconds, self.version, at)
         w.stats["launched"] += 1
         w.push(inst.active_at, "active", iid)
         w.provider.instance_created(inst)
         return inst.view
 
-    def _first_fit(self, spec: PoolSpec, now: float) -> Host | None:
+    def _first_fit(self, spec: PoolSpec, now: float) -> tuple[Host | None, int]:
+        """The first host of the pool (in name order) with room for one node, and its index. Hosts a
+        first fit of the same shape at the same time passed over are not asked again while the fleet is
+        as that fit left it (plus the instance it placed): they can only have less room since."""
         s = spec.shape
         guard = self.w.knobs.reservation_guard_seconds
-        for h in self.hosts_by_pool.get(spec.name, ()):
+        hosts = self.hosts_by_pool.get(spec.name, [])
+        start = 0
+        last = self._fit_from.get(spec.name)
+        if last is not None and last[:4] == (now, s, guard, self.version):
+            start = last[4]
+        for i in range(start, len(hosts)):
+            h = hosts[i]
             if h.bm and h.spot_n:
                 continue
             if self.blocked(h, now, guard):
@@ -286,8 +300,8 @@ class Fleet:
             cap = h.cap
             if (cap.vcpu - uv - h.spot_v >= s.vcpu and cap.ram_mb - um - h.spot_m >= s.ram_mb
                     and cap.gpus - ug - h.spot_g >= s.gpus):
-                return h
-        return None
+                return h, i
+        return None, len(hosts)
 
     def _attach(self, inst: SimInstance) -> None:
         """Index a (new or loaded) instance and account its allocation and quota."""

@@ -12,22 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import math
 import sqlite3
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from spotctl.core.audit import (GENESIS, ChainWalk, Mark, audit_hash, canonical, check_mark_record,
+from spotctl.core.audit import (GENESIS, ChainWalk, Mark, check_mark_record,
                                 verify_start, walk)
 from spotctl.core.errors import NotFoundError, StateError
 from spotctl.state.dbfile import loads
 from spotctl.state.memory import Memory
 from spotctl.state.outbox import Outbox
+
+if TYPE_CHECKING:
+    from spotctl.state.bulk import SharedInputs
 
 CHUNK = 5000
 CHECKPOINT_KEY = "audit.checkpoint"  # the last record a successful verify checked (seq, hash)
@@ -88,20 +89,19 @@ EVERY = AuditFilter()
 class AuditLog(Outbox, Memory):
     """The audit methods of :class:`spotctl.state.store.Store` (marks live in Memory's ``kv`` values)."""
 
-    def audit(self, *, actor: str, action: str, target: str, result: str, inputs: dict, at: float) -> dict:
-        """Append a chained audit record and queue it in the outbox (same transaction)."""
+    def audit(self, *, actor: str, action: str, target: str, result: str, inputs: dict | SharedInputs,
+              at: float) -> dict:
+        """Append a chained audit record and queue it in the outbox (same transaction). ``inputs``: a dict, or
+        :class:`~spotctl.state.bulk.SharedInputs` (inputs many records share, encoded once)."""
+        from spotctl.state.bulk import AuditRows  # the rows, with one encoding of the inputs
+
         with self.tx() as c:
             prev = c.execute("SELECT hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-            prev_hash = prev[0] if prev else self._anchor_hash()
-            rec: dict[str, Any] = {"id": str(uuid.uuid4()), "at": at, "actor": actor, "action": action,
-                                   "target": target, "result": result, "inputs": inputs}
-            rec["inputs"] = json.loads(canonical(inputs))
-            h = audit_hash(rec, prev_hash)
+            rec, row, queued = AuditRows(self.region, prev[0] if prev else self._anchor_hash()).make(
+                actor=actor, action=action, target=target, result=result, inputs=inputs, at=at)
             c.execute("INSERT INTO audit (id, at, actor, action, target, result, inputs, prev_hash, hash) "
-                      "VALUES (?,?,?,?,?,?,?,?,?)",
-                      (rec["id"], at, actor, action, target, result, canonical(rec["inputs"]), prev_hash, h))
-            rec.update(prev_hash=prev_hash, hash=h, region=self.region)
-            self.outbox("audit", rec["id"], rec, at)
+                      "VALUES (?,?,?,?,?,?,?,?,?)", row)
+            self.queue_rows([queued])
         return rec
 
     def _anchor_hash(self) -> str:

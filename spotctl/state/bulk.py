@@ -6,19 +6,27 @@ They are the rows :meth:`Outbox.event <spotctl.state.outbox.Outbox.event>` and :
 payload is the structured-mode CloudEvent the ``cloudevents`` SDK makes (the SDK builds and validates
 the first event of each type and source; the others of the batch differ from it only in ``id``,
 ``subject`` (checked non-empty), ``time`` (written as the SDK writes it) and ``data``), and an audit
-record is hashed by :func:`spotctl.core.audit.audit_hash`, chained after the one before it.
+record is hashed as :func:`spotctl.core.audit.audit_hash` hashes it, chained after the one before it.
+
+Each document is written with one encoding of its free-form part (an event's ``data``, a record's
+``inputs``): the rest of it is put around that text in canonical order (sorted keys, every value
+written by :func:`spotctl.core.audit.canonical`), the bytes ``canonical`` would write for the whole.
+:meth:`AuditLog.audit <spotctl.state.audit.AuditLog.audit>` and :meth:`Outbox.cloud_event
+<spotctl.state.outbox.Outbox.cloud_event>` write their rows through these builders too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import uuid
-from datetime import UTC, datetime
+import os
 from collections.abc import Callable
+from datetime import UTC, datetime
+from json.encoder import encode_basestring  # what canonical writes for a str (ensure_ascii=False)
 from typing import Any
 
-from spotctl.core.audit import audit_hash, canonical
+from spotctl.core.audit import canonical
 from spotctl.core.lifecycle import check_transition, event_type
 from spotctl.core.models import Node, NodeState
 from spotctl.state.outbox import cloud_event, structured
@@ -27,37 +35,71 @@ from spotctl.state.outbox import cloud_event, structured
 OutboxRow = tuple[str, str, str, float]
 
 
+#: the attributes of a CloudEvent that differ between the events of one template
+_PER_EVENT = ("data", "id", "subject", "time")
+
+
+def new_id() -> str:
+    """A random (version 4) UUID as text: what ``str(uuid.uuid4())`` gives, without the ``UUID`` object."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _json(value: Any) -> str:
+    """``canonical(value)``; a string, None or a finite float directly (as the encoder writes them)."""
+    t = type(value)
+    if t is str:
+        return encode_basestring(value)
+    if value is None:
+        return "null"
+    if t is float and math.isfinite(value):
+        return float.__repr__(value)
+    return canonical(value)
+
+
 class EventRows:
     """Outbox rows of lifecycle events from one source (a region), built without one SDK object each."""
 
     def __init__(self, region: str):
         self.source = f"spotctl/{region}"
-        self._templates: dict[str, dict[str, Any]] = {}
+        self._templates: dict[str, list[tuple[str, str | None]]] = {}
         self._times: dict[float, str] = {}
 
     def _time(self, at: float) -> str:
         text = self._times.get(at)
         if text is None:  # as structured() writes it: RFC 3339, "Z", microseconds only when there are any
+            if len(self._times) >= 1024:  # a long-lived store (the watcher) meets ever new times
+                self._times.clear()
             text = self._times[at] = datetime.fromtimestamp(at, tz=UTC).isoformat().removesuffix("+00:00") + "Z"
         return text
 
-    def event(self, type_: str, subject: str, data: dict, at: float) -> OutboxRow:
-        """The outbox row of one CloudEvent (keyed by its subject, as ``Outbox.cloud_event`` keys it)."""
+    def event(self, type_: str, subject: str, data: dict, at: float, data_text: str | None = None) -> OutboxRow:
+        """The outbox row of one CloudEvent (keyed by its subject, as ``Outbox.cloud_event`` keys it);
+        ``data_text``: ``canonical(data)``, when the caller has it."""
         template = self._templates.get(type_)
         if template is None:  # the SDK builds and validates the first one of its type
-            doc = self._templates[type_] = structured(cloud_event(
-                source=self.source, type_=type_, subject=subject, data=data, at=at))
-        else:
-            if not isinstance(subject, str) or not subject:
-                raise ValueError(f"a CloudEvent's subject must be a non-empty string, not {subject!r}")
-            doc = {**template, "id": str(uuid.uuid4()), "subject": subject, "time": self._time(at), "data": data}
-        return ("event", subject, canonical(doc), at)
+            doc = structured(cloud_event(source=self.source, type_=type_, subject=subject, data=data, at=at))
+            # its other attributes, written once: (the key's text, the value's text; None: per event)
+            self._templates[type_] = [(_json(k) + ":", None if k in _PER_EVENT else canonical(v))
+                                      for k, v in sorted(doc.items())]
+            return ("event", subject, canonical(doc), at)
+        if not isinstance(subject, str) or not subject:
+            raise ValueError(f"a CloudEvent's subject must be a non-empty string, not {subject!r}")
+        own = {'"data":': canonical(data) if data_text is None else data_text, '"id":': f'"{new_id()}"', '"subject":': encode_basestring(subject),
+               '"time":': f'"{self._time(at)}"'}
+        return ("event", subject, "{" + ",".join(k + (own[k] if v is None else v) for k, v in template) + "}", at)
 
     def transition(self, node: Node, src: NodeState | None, dst: NodeState, reason: str, at: float) -> OutboxRow:
         """The event of a node's transition ``src`` -> ``dst`` (the data ``Outbox.event`` gives it)."""
-        return self.event(event_type(dst), node.id, {
-            "node": node.id, "pool": node.pool, "from": src.value if src else None, "to": dst.value,
-            "reason": reason, "instance_id": node.instance_id, "action_id": node.action_id}, at)
+        frm = src.value if src else None
+        data = {"node": node.id, "pool": node.pool, "from": frm, "to": dst.value, "reason": reason,
+                "instance_id": node.instance_id, "action_id": node.action_id}
+        text = (f'{{"action_id":{_json(node.action_id)},"from":{_json(frm)},"instance_id":{_json(node.instance_id)},'
+                f'"node":{_json(node.id)},"pool":{_json(node.pool)},"reason":{_json(reason)},"to":{_json(dst.value)}}}')
+        return self.event(event_type(dst), node.id, data, at, text)
 
 
 class AuditRows:
@@ -70,21 +112,61 @@ class AuditRows:
     def record(self, *, actor: str, action: str, target: str, result: str, inputs: dict,
                at: float) -> tuple[tuple, OutboxRow]:
         """(the audit table's row, the outbox row) of one record, as ``AuditLog.audit`` writes them."""
-        text = canonical(inputs)
-        if not _flat(inputs):  # the record keeps the inputs as JSON gives them back
-            inputs = json.loads(text)
+        _, row, queued = self.make(actor=actor, action=action, target=target, result=result, inputs=inputs, at=at)
+        return row, queued
+
+    def make(self, *, actor: str, action: str, target: str, result: str, inputs: dict | SharedInputs,
+             at: float) -> tuple[dict[str, Any], tuple, OutboxRow]:
+        """(the record as ``AuditLog.audit`` returns it, its audit row, its outbox row); the chain moves on."""
+        if isinstance(inputs, SharedInputs):
+            text = inputs.text
+            inputs = inputs.value
+        else:
             text = canonical(inputs)
-        rec: dict[str, Any] = {"id": str(uuid.uuid4()), "at": at, "actor": actor, "action": action,
-                               "target": target, "result": result, "inputs": inputs}
-        prev, h = self.head, audit_hash(rec, self.head)
-        self.head = h
-        row = (rec["id"], at, actor, action, target, result, text, prev, h)
-        rec.update(prev_hash=prev, hash=h, region=self.region)
-        return row, ("audit", rec["id"], canonical(rec), at)
+            if not _flat(inputs):  # the record keeps the inputs as JSON gives them back
+                inputs = json.loads(text)
+                text = canonical(inputs)
+        rid = new_id()
+        prev = self.head
+        # the canonical JSON of the hashed fields (HASHED_FIELDS, in sorted order), as audit_hash writes it
+        a, b, t, i, r, g = _json(action), _json(actor), _json(at), f'"{rid}"', _json(result), _json(target)
+        body = f'{{"action":{a},"actor":{b},"at":{t},"id":{i},"inputs":{text},"result":{r},"target":{g}}}'
+        h = self.head = hashlib.sha256((prev + body).encode()).hexdigest()
+        queued = (f'{{"action":{a},"actor":{b},"at":{t},"hash":"{h}","id":{i},"inputs":{text},'
+                  f'"prev_hash":{_json(prev)},"region":{_json(self.region)},"result":{r},"target":{g}}}')
+        rec: dict[str, Any] = {"id": rid, "at": at, "actor": actor, "action": action, "target": target,
+                               "result": result, "inputs": inputs, "prev_hash": prev, "hash": h, "region": self.region}
+        return rec, (rid, at, actor, action, target, result, text, prev, h), ("audit", rid, queued, at)
+
+
+class SharedInputs:
+    """The inputs of one of many records that share most of them (the nodes of one launch): ``{**base,
+    **own}`` as JSON gives it back (``value``) and its canonical text (``text``), the base encoded once
+    (:meth:`with_own`) — the text ``canonical(json.loads(canonical({**base, **own})))`` is."""
+
+    __slots__ = ("_parts", "text", "value")
+
+    def __init__(self, base: dict, *, value: dict | None = None, text: str = "",
+                 parts: dict[str, str] | None = None):
+        if value is None:
+            value = json.loads(canonical(base))
+            if all(type(k) is str for k in base):
+                parts = {k: canonical(v) for k, v in value.items()}
+        self.value, self.text, self._parts = value, text, parts
+
+    def with_own(self, **own: str) -> SharedInputs | dict:
+        """The inputs ``{**base, **own}`` (own: strings); a plain dict when the base cannot be shared (a key
+        that is not a string: JSON writes it as one, and would sort it elsewhere)."""
+        if self._parts is None or any(type(v) is not str for v in own.values()):
+            return {**self.value, **own}
+        parts = {**self._parts, **{k: encode_basestring(v) for k, v in own.items()}}
+        text = "{" + ",".join(f"{encode_basestring(k)}:{parts[k]}" for k in sorted(parts)) + "}"
+        return SharedInputs({}, value={**self.value, **own}, text=text, parts=None)
 
 
 def _flat(inputs: dict) -> bool:
-    """Inputs JSON gives back unchanged: string keys, and strings, finite numbers, booleans or None."""
+    """Inputs JSON gives back unchanged: string keys, and strings, finite numbers, booleans or None (a check
+    of the top level only: walking nested values in Python costs more than JSON's own round trip)."""
     return all(type(k) is str and (v is None or type(v) in (str, bool, int) or (type(v) is float and math.isfinite(v)))
                for k, v in inputs.items())
 

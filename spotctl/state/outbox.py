@@ -16,12 +16,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from spotctl.core.audit import canonical
-from spotctl.core.lifecycle import event_type
 from spotctl.core.models import Node, NodeState
 from spotctl.state.connection import StoreBase
 
 if TYPE_CHECKING:
     from cloudevents.core.v1.event import CloudEvent
+
+    from spotctl.state.bulk import EventRows
 
 
 def cloud_event(*, source: str, type_: str, subject: str, data: dict[str, Any], at: float) -> CloudEvent:
@@ -62,6 +63,7 @@ class Outbox(StoreBase):
     bulk insert) make it stale, and it is counted again on that index (pending rows only, never history)."""
 
     outbox_kinds: frozenset[str] = KINDS
+    _event_rows: EventRows | None = None  # the events' builder (templates per type), made at the first event
 
     def queue_kinds(self, kinds) -> None:
         """Queue only these kinds from now on (a subset of :data:`KINDS`)."""
@@ -85,16 +87,23 @@ class Outbox(StoreBase):
         """The lifecycle event of a node's transition (keyed by node id: per-node order on Kafka)."""
         if "event" not in self.outbox_kinds:
             return
-        self.cloud_event(event_type(node.state), node.id, {
-            "node": node.id, "pool": node.pool, "from": src.value if src else None, "to": node.state.value,
-            "reason": reason, "instance_id": node.instance_id, "action_id": node.action_id}, at)
+        self.queue_rows([self._events().transition(node, src, node.state, reason, at)])
 
     def cloud_event(self, type_: str, subject: str, data: dict, at: float, key: str | None = None) -> None:
         """Queue a CloudEvents 1.0 (structured JSON) event in the outbox, in the caller's transaction."""
         if "event" not in self.outbox_kinds:
             return  # not even built: no relay would send it
-        event = cloud_event(source=f"spotctl/{self.region}", type_=type_, subject=subject, data=data, at=at)
-        self.outbox("event", key or subject, structured(event), at)
+        kind, _, payload, _ = self._events().event(type_, subject, data, at)
+        self.queue_rows([(kind, key or subject, payload, at)])
+
+    def _events(self) -> EventRows:
+        """The builder of this store's events: the SDK builds and validates the first of each type, the
+        others follow it (:class:`spotctl.state.bulk.EventRows`)."""
+        if self._event_rows is None:
+            from spotctl.state.bulk import EventRows
+
+            self._event_rows = EventRows(self.region)
+        return self._event_rows
 
     def outbox(self, kind: str, key: str, payload: dict, at: float) -> None:
         if kind not in self.outbox_kinds:

@@ -38,16 +38,30 @@ TABLES = ("nodes", "transitions", "reclaims", "actions", "notices", "outbox", "p
 
 Cursor = tuple[float, int] | None
 Step = tuple[dict[str, int], Cursor, bool]  # rows deleted per table, where to go on, whether the table is done
+#: kv: the (seq, size of its input) of every recorded plan at the passes' last check, oldest first
+PLAN_SIZES_KEY = "prune.plans.sizes"
 
 
 class Prune(StoreBase):
     """The pruning methods of :class:`spotctl.state.store.Store`."""
 
+    _plan_sizes: list[tuple[int, int]] = []  # the last list read or remembered (set on the instance)
+
+    def prune_rates(self) -> dict[str, float]:
+        """Seconds per row of each table's prune batches so far on this store (in this process): the budgeted
+        prune of a pass sizes its batches from them (:func:`spotctl.ops.prune.run`)."""
+        rates: dict[str, float] | None = self.__dict__.get("_prune_rates")
+        if rates is None:
+            rates = self.__dict__["_prune_rates"] = {}
+        return rates
+
     def prune_step(self, table: str, limit: int, *, cutoff: float = 0.0, cursor: Cursor = None,
-                   keep_rows: int = 500, keep_bytes: int = 64 << 20) -> Step:
+                   keep_rows: int = 500, keep_bytes: int = 64 << 20, cached: bool = False, now: float = 0.0) -> Step:
         """Delete up to ``limit`` prunable rows of ``table`` older than ``cutoff`` (epoch seconds) in one
         transaction. ``cursor``: where the last batch of this run ended (tables scanned past rows they
-        keep); ``keep_rows``/``keep_bytes``: the plan history's caps. Returns (deleted, cursor, done)."""
+        keep); ``keep_rows``/``keep_bytes``: the plan history's caps; ``cached`` (the passes): the plans'
+        sizes from the last check (kv :data:`PLAN_SIZES_KEY`), only new plans read; ``now``: the time
+        stamped on that kv row. Returns (deleted, cursor, done)."""
         if limit < 1:
             raise ValueError(f"batch size must be at least 1, got {limit}")
         if table == "audit":
@@ -69,13 +83,13 @@ class Prune(StoreBase):
                 return {"nodes": n, "transitions": gone}, None, len(ids) < limit
             if table in _SCANNED:
                 return self._scan_step(c, table, limit, cutoff, cursor)
-            if table == "reclaims" and c.execute("SELECT count(*) FROM (SELECT at FROM reclaims ORDER BY id LIMIT 1) "
-                                                 "WHERE at < ?", (cutoff,)).fetchone()[0] == 0:
-                return {"reclaims": 0}, None, True  # written in time order: the oldest is not due, none is
+            # reclaims: by ``at`` on its index (reclaims_at), whatever order they were written in, as the dry run counts
             if table == "plans":
-                seqs = self._plans_over(keep_rows, keep_bytes)[:limit]
+                seqs = self._plans_over(keep_rows, keep_bytes, c=c if cached else None, at=now)[:limit]
                 n = c.execute(f"DELETE FROM plans WHERE seq IN ({','.join('?' * len(seqs))})",
                               seqs).rowcount if seqs else 0
+                if cached and seqs:
+                    self._remember_plan_sizes(c, [r for r in self._plan_sizes if r[0] not in set(seqs)], now)
                 return {"plans": n}, None, len(seqs) < limit
             where = _WHERE[table]
             key = _KEY[table]
@@ -97,16 +111,50 @@ class Prune(StoreBase):
         n = c.execute(f"DELETE FROM {table} WHERE id IN ({','.join('?' * len(ids))})", ids).rowcount if ids else 0
         return {table: n}, ((rows[-1][0], rows[-1][1]) if rows else cursor), len(rows) < limit
 
-    def _plans_over(self, keep_rows: int, keep_bytes: int) -> list[int]:
-        """The recorded plans beyond the newest ``keep_rows`` or past ``keep_bytes`` of stored input, newest
-        kept first; the newest plan is always kept."""
+    def _plans_over(self, keep_rows: int, keep_bytes: int, *, c: Any = None, at: float = 0.0) -> list[int]:
+        """The recorded plans beyond the newest ``keep_rows`` or past ``keep_bytes`` of stored input, oldest
+        first; the newest plan is always kept. With ``c`` (a write transaction), the sizes come from the
+        last check's list in kv where it still holds (its oldest row is the table's oldest): only the
+        plans recorded since are read; else, and without ``c``, every plan's size is read."""
+        sizes = self._cached_plan_sizes(c) if c is not None else None
+        if sizes is None:
+            sizes = [(r[0], r[1] or 0) for r in self.conn.execute("SELECT seq, length(input) FROM plans ORDER BY seq")]
+            changed = True
+        else:
+            new = [(r[0], r[1] or 0) for r in c.execute("SELECT seq, length(input) FROM plans WHERE seq > ? ORDER BY seq",
+                                                        (sizes[-1][0] if sizes else -1,))]
+            changed, sizes = bool(new), sizes + new
+        self._plan_sizes = sizes
+        if c is not None and changed:
+            self._remember_plan_sizes(c, sizes, at)
         over, total = [], 0
-        for i, (seq, size) in enumerate(self.conn.execute(
-                "SELECT seq, length(input) FROM plans ORDER BY seq DESC")):
-            total += size or 0
+        for i, (seq, size) in enumerate(reversed(sizes)):
+            total += size
             if i > 0 and (i >= keep_rows or total > keep_bytes):
                 over.append(seq)
-        return over
+        return over[::-1]
+
+    def _cached_plan_sizes(self, c: Any) -> list[tuple[int, int]] | None:
+        """The kv list of (seq, size) of the plans at the last check, less the plans deleted since from the
+        bottom (``record_plan``'s cap); None when it is missing, unreadable or does not start at the oldest plan."""
+        r = c.execute("SELECT value FROM kv WHERE key = ?", (PLAN_SIZES_KEY,)).fetchone()
+        lo = c.execute("SELECT min(seq) FROM plans").fetchone()[0]
+        if r is None:
+            return None
+        try:
+            sizes = [(int(s), int(n)) for s, n in json.loads(r[0])]
+        except (ValueError, TypeError):
+            return None
+        if lo is None:
+            return []
+        sizes = [x for x in sizes if x[0] >= lo]
+        return sizes if sizes and sizes[0][0] == lo else None
+
+    def _remember_plan_sizes(self, c: Any, sizes: list[tuple[int, int]], at: float) -> None:
+        self._plan_sizes = sizes
+        c.execute("INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE SET "
+                  "value = excluded.value, updated_at = excluded.updated_at",
+                  (PLAN_SIZES_KEY, json.dumps([list(x) for x in sizes], separators=(",", ":")), at))
 
     # -- what would go, what stays -------------------------------------------
 

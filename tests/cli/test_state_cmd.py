@@ -112,16 +112,24 @@ def test_a_prune_deletes_what_is_due_and_records_one_audit_record(cli, region):
     assert deleted["nodes"] == 50 and deleted["transitions"] == 100 and deleted["outbox"] == 30
     assert deleted["actions"] == 20
     after = counts(region)
-    assert after["nodes"] == before["nodes"] - 50 and after["audit"] == before["audit"] + 1
-    assert must_keep(region) == {**kept, "audit": kept["audit"] + 1, "undelivered": kept["undelivered"] + 1}  # its record, queued
-    rec = cli("-o", "json", "audit", "list", "--action", "state.prune").json["data"]
-    records = rec["records"] if isinstance(rec, dict) else rec
-    assert len(records) == 1 and records[0]["id"] == d["audit_record"]
-    assert records[0]["inputs"]["deleted"]["nodes"] == 50
+    # two records (round 1 wrote one, after the deletes): "started" with the policy before, the counts after
+    assert after["nodes"] == before["nodes"] - 50 and after["audit"] == before["audit"] + 2
+    assert must_keep(region) == {**kept, "audit": kept["audit"] + 2, "undelivered": kept["undelivered"] + 2}  # queued
+    records = prune_records(cli)
+    assert [r["result"] for r in records] == ["started", "ok"]
+    assert records[0]["id"] == d["started_record"] and records[1]["id"] == d["audit_record"]
+    assert records[0]["inputs"]["retention"]["nodes"] == "30 days" and "deleted" not in records[0]["inputs"]
+    assert records[1]["inputs"]["deleted"]["nodes"] == 50 and records[1]["inputs"]["started"] == records[0]["id"]
     v = cli("-o", "json", "audit", "verify", "--local-only")
     assert v.code == 0, v.stdout
     again = cli("-o", "json", "state", "prune", "--dry-run").json["data"]["tables"]
     assert all(t["eligible"] == 0 for t in again), again
+
+
+def prune_records(cli) -> list[dict]:
+    rec = cli("-o", "json", "audit", "list", "--action", "state.prune").json["data"]
+    records = rec["records"] if isinstance(rec, dict) else rec
+    return sorted(records, key=lambda r: r["seq"])  # oldest first
 
 
 def test_a_prune_refuses_while_a_pass_holds_the_region_lock(cli, region):
@@ -186,12 +194,24 @@ def test_each_pass_prunes_within_its_budget_and_says_so_in_its_summary(cli, regi
     live_after = c.execute(mine).fetchone()
     c.close()
     assert summary["pruned"]["rows"]["nodes"] == 30 and summary["pruned"]["done"], summary
+    assert r.json["data"]["pruned"] == summary["pruned"]["rows"]  # and in the pass's result
     assert gone == 0
     # the live nodes of before (the pass may have found them lost: they ended just now), their transitions
     # and the resumable actions are all still there, and so is every undelivered row
     nodes_after, transitions_after, actions_after = live_after
     assert nodes_after == live_before[0] and transitions_after >= live_before[1] and actions_after == live_before[2]
     assert must_keep(region)["undelivered"] >= kept["undelivered"]
+
+
+def test_the_pass_output_says_what_it_pruned_in_one_line_when_it_pruned_anything(cli, region):
+    age(region, ended=7, live=0, delivered=0, undelivered=0, finished=0, intended=0)
+    r = cli("-o", "table", "reconcile")
+    assert r.code == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("pruned ")]
+    assert len(lines) == 1 and "7 nodes" in lines[0] and "14 transitions" in lines[0], r.stdout
+    again = cli("-o", "table", "reconcile")
+    assert again.code == 0 and not [x for x in again.stdout.splitlines() if x.startswith("pruned")], again.stdout
+    assert cli("-o", "json", "reconcile").json["data"]["pruned"] == {}
 
 
 def test_a_budget_of_zero_turns_the_prune_in_the_pass_off(cli, tmp_path, region):
@@ -246,13 +266,54 @@ def test_a_prune_killed_half_way_loses_nothing_and_the_next_one_finishes(cli, re
     # no transition without its node: a batch takes a node and its transitions together
     assert c.execute("SELECT count(*) FROM transitions WHERE node_id NOT IN (SELECT id FROM nodes)").fetchone()[0] == 0
     c.close()
-    assert must_keep(region) == kept
+    assert must_keep(region) == {**kept, "audit": kept["audit"] + 1, "undelivered": kept["undelivered"] + 1}
     if hasattr(Store, "full_check"):
         assert cli("-o", "json", "state", "check").code == 0
+    # the killed prune left its "started" record (written before any delete), and no other
+    assert must_keep(region) == {**kept, "audit": kept["audit"] + 1, "undelivered": kept["undelivered"] + 1}
+    assert [x["result"] for x in prune_records(cli)] == ["started"]
     r = cli("-o", "json", "state", "prune")
     assert r.code == 0, r.stderr
-    assert must_keep(region) == {**kept, "audit": kept["audit"] + 1, "undelivered": kept["undelivered"] + 1}  # its record, queued
+    assert must_keep(region) == {**kept, "audit": kept["audit"] + 3, "undelivered": kept["undelivered"] + 3}  # queued
     again = cli("-o", "json", "state", "prune", "--dry-run").json["data"]["tables"]
     assert all(t["eligible"] == 0 for t in again), again
     end = counts(region)
     assert end["nodes"] == start["nodes"] - 120_000 and end["actions"] == start["actions"] - 20_000
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_prune_between_batches_with_a_partial_audit_record(cli, region, sig, code):
+    kept = age(region, ended=60_000, live=500, delivered=20_000, undelivered=100, finished=10_000, intended=10)
+    start = counts(region)
+    proc = subprocess.Popen([str(BIN / "spotctl"), "-o", "json", "state", "prune", "--wait", "0"], env=dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    watch = sqlite3.connect(region, timeout=30)
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if watch.execute("SELECT count(*) FROM nodes WHERE id LIKE 'old-%'").fetchone()[0] < 60_000:
+                break
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        watch.close()
+    assert proc.returncode == code, err
+    env = json.loads(out)
+    assert env["status"] == "partial" and env["exit_code"] == code and env["data"]["interrupted"] == sig.name
+    assert f"stopped by {sig.name}" in err
+    done = env["data"]["deleted_total"]
+    assert 0 < done and counts(region)["nodes"] > start["nodes"] - 60_000, "the prune finished before the signal"
+    records = prune_records(cli)
+    assert [x["result"] for x in records] == ["started", "partial"]
+    assert sum(records[1]["inputs"]["deleted"].values()) == done and records[1]["inputs"]["interrupted"] == sig.name
+    # what it reported is what it deleted: the batch under way was committed, not rolled back nor lost
+    mid = counts(region)
+    left = {t["table"]: t["rows"] for t in env["data"]["tables"]}
+    assert {t: left[t] for t in ("nodes", "transitions", "actions")} == {
+        t: mid[t] for t in ("nodes", "transitions", "actions")}
+    c = sqlite3.connect(region)
+    assert c.execute("SELECT count(*) FROM transitions WHERE node_id NOT IN (SELECT id FROM nodes)").fetchone()[0] == 0
+    c.close()
+    assert must_keep(region) == {**kept, "audit": kept["audit"] + 2, "undelivered": kept["undelivered"] + 2}
+    assert cli("-o", "json", "audit", "verify", "--local-only").code == 0

@@ -9,7 +9,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import zlib
 from pathlib import Path

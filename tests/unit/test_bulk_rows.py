@@ -68,3 +68,47 @@ def test_adopted_rows_continue_the_chain_and_verify(tmp_path):
     assert ok and checked == 7
     assert [n.state for n in store.nodes()] == [NodeState.BUILDING, NodeState.ACTIVE] * 2 + [NodeState.BUILDING]
     store.close()
+
+
+class _Key(str):
+    pass
+
+
+@pytest.mark.parametrize("inputs", [
+    {"nested": {"deep": [{"x": 1.5, "y": [None, True, "é\u2028\"\\"]}], "t": (1, 2)}},   # a tuple
+    {"n": {10: "a", 9: "b"}}, {"nan": [float("nan"), float("inf")]}, {"k": {_Key("s"): 1}},
+    {"when": __import__("datetime").date(2026, 1, 2), "p": __import__("pathlib").Path("/x")},  # default=str
+    {"big": 2 ** 70, "neg": -0.0, "tiny": 5e-324, "list": [[], {}, [[]]]}])
+def test_audit_rows_write_what_the_old_writer_wrote(inputs):
+    """Each record is written with one encoding of its inputs, put together with the rest: the bytes (and
+    the hash) of the writer that encoded the whole record, whatever the inputs hold."""
+    chain = AuditRows("r-é", GENESIS)
+    rec, row, (_, _, payload, _) = chain.make(actor="ü", action="node.drain", target="n\"1", result="ok",
+                                              inputs=inputs, at=1767261600.125)
+    ref = {"id": row[0], "at": 1767261600.125, "actor": "ü", "action": "node.drain", "target": "n\"1",
+           "result": "ok", "inputs": json.loads(canonical(inputs))}
+    h = audit_hash(ref, GENESIS)
+    assert row == (ref["id"], ref["at"], "ü", "node.drain", "n\"1", "ok", canonical(ref["inputs"]), GENESIS, h)
+    assert payload == canonical({**ref, "prev_hash": GENESIS, "hash": h, "region": "r-é"})
+    assert rec == {**ref, "prev_hash": GENESIS, "hash": h, "region": "r-é"}
+
+
+@pytest.mark.parametrize("base", [{"segments": [[225, 1767348000.0, 3600]], "x": (1, "é"), "reason": "r"},
+                                  {"deep": {"z": None, "a": [True, 0.1]}}, {}])
+def test_shared_inputs_are_written_as_each_record_alone(base):
+    from spotctl.state.bulk import SharedInputs
+
+    shared = SharedInputs(base)
+    for sub in ("a-1.0", "a-1.10", "é\"2"):
+        one = shared.with_own(sub_action=sub, reason="overrides")
+        full = json.loads(canonical({**base, "sub_action": sub, "reason": "overrides"}))
+        assert isinstance(one, SharedInputs) and one.value == full and one.text == canonical(full)
+        row, _ = AuditRows("r1", GENESIS).record(actor="a", action="node.launch", target="n", result="intended",
+                                                 inputs=one, at=1.0)
+        assert row[6] == canonical(full)
+
+
+def test_shared_inputs_with_keys_json_turns_into_strings_are_not_shared():
+    from spotctl.state.bulk import SharedInputs
+
+    assert SharedInputs({10: "a", 9: "b"}).with_own(sub_action="s") == {"10": "a", "9": "b", "sub_action": "s"}

@@ -245,3 +245,71 @@ def test_live_only_reads_the_live_states_from_the_state_index(store):
         "'draining','deleting') ORDER BY id"))
     assert "nodes_" in plan, plan  # an index on state, not a scan of every node
     assert {n.id for n in store.nodes(live_only=True)} == {"live-old", "live-new"}
+
+
+def test_reclaims_out_of_time_order_are_counted_and_deleted_alike(store):
+    # written newest first (a late import, a clock step): the oldest by id is not due, others are
+    with store.tx() as c:
+        c.executemany("INSERT INTO reclaims (pool, node_id, at, kind) VALUES (?,?,?,?)",
+                      [("p", f"n{i}", at, "lost") for i, at in enumerate((ago(1), ago(40), ago(2), ago(35), ago(31)))])
+    report = {r["table"]: r for r in ops_prune.report(store, RET, NOW)}
+    assert report["reclaims"]["eligible"] == 3
+    deleted, done = ops_prune.run(store, RET, NOW)
+    assert done and deleted["reclaims"] == 3
+    assert rows(store)["reclaims"] == {"n0", "n2"}
+    # the budgeted prune of a pass finds them too
+    with store.tx() as c:
+        c.executemany("INSERT INTO reclaims (pool, node_id, at, kind) VALUES (?,?,?,?)",
+                      [("p", "n5", ago(0.5), "lost"), ("p", "n6", ago(50), "lost")])
+    deleted, done = ops_prune.run(store, RET, NOW, budget_s=60, resume=True, batch=ops_prune.PASS_BATCH)
+    assert done and deleted["reclaims"] == 1 and rows(store)["reclaims"] == {"n0", "n2", "n5"}
+
+
+def test_a_budgeted_prune_in_growing_batches_deletes_what_the_whole_prune_does(store, tmp_path):
+    history(store)
+    want = expected_after(rows(store), store)
+    deleted, done = ops_prune.run(store, RET, NOW, budget_s=60, resume=True, batch=ops_prune.PASS_BATCH)
+    assert done and rows(store) == want
+    assert set(store.prune_rates()) >= {"nodes", "actions", "plans"}  # each table's cost per row, measured
+
+
+def test_a_batch_whose_estimate_does_not_fit_the_budget_is_not_begun(store):
+    history(store)
+    before = rows(store)
+    rates = store.prune_rates()
+    rates.update(dict.fromkeys(ops_prune.TABLES, 1.0))  # a second a row, measured earlier: not one row fits in 0.2 s
+    deleted, done = ops_prune.run(store, RET, NOW, budget_s=0.2, resume=True, batch=ops_prune.PASS_BATCH)
+    assert not done and not any(deleted.values()) and rows(store) == before
+    rates["actions"] = 1e-6  # one cheap table: it goes on, the others wait
+    deleted, done = ops_prune.run(store, RET, NOW, budget_s=0.2, resume=True, batch=ops_prune.PASS_BATCH)
+    assert not done and deleted["actions"] == 2 and sum(deleted.values()) == 2
+
+
+def test_the_passes_read_the_size_of_new_plans_only_and_cap_them_as_a_full_check_does(store):
+    for i in range(6):
+        store.record_plan(plan_id=f"plan-{i}", at=ago(6 - i), actor="t", executed=True, summary={},
+                          plan_input={"pad": "x" * 1000 * (i + 1)})
+    capped = dataclasses.replace(RET, plans_max=4)
+    ops_prune.run(store, capped, NOW, budget_s=60, resume=True)
+    assert rows(store)["plans"] == {"plan-2", "plan-3", "plan-4", "plan-5"}
+    sql: list[str] = []
+    store.conn.set_trace_callback(sql.append)
+    try:
+        store.record_plan(plan_id="plan-6", at=NOW, actor="t", executed=True, summary={}, plan_input={"pad": "y"})
+        sql.clear()
+        ops_prune.run(store, capped, NOW, budget_s=60, resume=True)
+    finally:
+        store.conn.set_trace_callback(None)
+    reads = [q for q in sql if "length(input)" in q]
+    assert reads and all("seq > " in q for q in reads), reads  # the new plan's size, not every plan's
+    assert rows(store)["plans"] == {"plan-3", "plan-4", "plan-5", "plan-6"}
+    # a size cap, a list in kv that no longer holds (a plan deleted under it), a bad one: same as a full check
+    sizes = dict(store.conn.execute("SELECT plan_id, length(input) FROM plans"))
+    by_size = dataclasses.replace(RET, plans_max_mib=(sizes["plan-6"] + sizes["plan-5"]) / (1 << 20))
+    with store.tx() as c:
+        c.execute("DELETE FROM plans WHERE plan_id = 'plan-3'")
+    ops_prune.run(store, by_size, NOW, budget_s=60, resume=True)
+    assert rows(store)["plans"] == {"plan-5", "plan-6"}
+    store.set_value("prune.plans.sizes", "[[1, \"x\"]", NOW)
+    ops_prune.run(store, dataclasses.replace(RET, plans_max=1), NOW, budget_s=60, resume=True)
+    assert rows(store)["plans"] == {"plan-6"}
