@@ -18,7 +18,6 @@ from spotctl.core.actions import Action, ActionKind
 from spotctl.core.budget import Priority
 from spotctl.core.errors import CapacityError, SpotctlError, TemporaryError, UsageError
 from spotctl.core.models import Instance, Node, NodeState, OutcomeStatus
-from spotctl.state.bulk import SharedInputs
 
 from .drain import drain_batch, each_scheduler, node_for, run_cordon, run_drain, run_protect, run_uncordon
 from .outcome import Outcome, audit_action, record_intent
@@ -61,11 +60,6 @@ def execute_drains(rt: Runtime, actions: list[Action], plan_id: str | None) -> l
 # -- launch ------------------------------------------------------------------
 
 
-#: The most nodes of a launch whose intents are committed together (before any of their creates): a
-#: launch commits 1, then 2, 4, ... up to this many at a time (a pool that refuses at once costs one intent).
-LAUNCH_CHUNK = 16
-
-
 def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     store = rt.store
     if action.pool is None:
@@ -73,81 +67,54 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     pool = rt.region.pool(action.pool)
     out = Outcome(action.id, "launch", OutcomeStatus.OK, pool=action.pool, count=action.count or 0)
     record_intent(rt, action, plan_id)
-    todo: list[str] = []
+    priority = action.priority
+    # One write transaction per node: the record of the instance just created goes with the next node's
+    # token and intent (always committed before that node's create call). A process killed between a create
+    # and that commit leaves the node intended, with its tagged instance: resume() adopts it.
+    created: Created | None = None
     for i in range(action.count or 0):
         sub = f"{action.id}.{i}"
         row = store.conn.execute("SELECT state, instance_id FROM nodes WHERE action_id=?", (sub,)).fetchone()
-        if row is None:
-            todo.append(sub)
-        # an earlier (crashed) attempt of this same action made this node: done only if it has its instance
-        # (resume() creates or adopts the instance of an intended node; a failed one is not done)
-        elif row["instance_id"] is not None and row["state"] != NodeState.FAILED.value:
-            out.done += 1
-            out.nodes.append(node_name(pool.name, sub))
-    # the nodes' "intended" records share the action's inputs (outcome.audit_action's): encoded once
-    shared = SharedInputs({**action.inputs, "reason": action.reason, "action_id": action.id})
-    # One write transaction per chunk of nodes (LAUNCH_CHUNK): their tokens and intents, with the records of
-    # the instances the chunk before created — always committed before the chunk's create calls. A process
-    # killed between a create and that commit leaves the node intended, with its tagged instance: resume()
-    # adopts it (and creates those of its chunk that were not asked for yet).
-    created: list[Created] = []
-    unasked: list[Node] = []  # intended nodes not asked for: an earlier create of the launch failed
-    size, k, stop = 1, 0, False
-    while k < len(todo) and not stop:
-        chunk, k, size = todo[k:k + size], k + size, min(2 * size, LAUNCH_CHUNK)
-        intended: list[Node] = []
+        if row is not None:
+            # an earlier (crashed) attempt of this same action made this node: done only if it has its instance
+            # (resume() creates or adopts the instance of an intended node; a failed one is not done)
+            if row["instance_id"] is not None and row["state"] != NodeState.FAILED.value:
+                out.done += 1
+                out.nodes.append(node_name(pool.name, sub))
+            continue
         with store.tx():
-            for made in created:
-                _record_created(rt, pool, *made)
-            created = []
-            for sub in chunk:
-                if not rt.take_token(action.priority):
-                    stop = True
-                    break
+            if created is not None:
+                _record_created(rt, pool, *created)
+                created = None
+            granted = rt.take_token(priority)
+            if granted:
                 now = rt.now()
                 node = Node(id=node_name(pool.name, sub), pool=pool.name, state=NodeState.INTENDED, action_id=sub,
                             created_at=now, updated_at=now, reason=action.reason, price=action.price or 0.0)
                 store.add_node(node, actor=rt.actor, reason=action.reason)
-                store.audit(actor=rt.actor, action=f"node.{action.kind}", target=node.id, result="intended",
-                            inputs=shared.with_own(sub_action=sub), at=rt.now())
-                intended.append(node)
-        for j, node in enumerate(intended):
-            ok, detail, instance = _create_instance(rt, node, pool)
-            if instance is not None:
-                created.append(instance)
-            if not ok:
-                out.status = OutcomeStatus.FAILED if out.done == 0 else OutcomeStatus.PARTIAL
-                out.detail = detail
-                unasked, stop = intended[j + 1:], True
-                break
+                audit_action(rt, action, node.id, "intended", sub_action=sub)
+        if not granted:
+            out.status = OutcomeStatus.PARTIAL
+            out.detail = f"token budget exhausted after {out.done} of {action.count}"
+            break
+        ok, detail, created = _create_instance(rt, node, pool)
+        if ok:
             out.done += 1
             out.nodes.append(node.id)
         else:
-            if stop:  # a token was refused after this chunk's nodes
-                out.status = OutcomeStatus.PARTIAL
-                out.detail = f"token budget exhausted after {out.done} of {action.count}"
+            out.status = OutcomeStatus.FAILED if out.done == 0 else OutcomeStatus.PARTIAL
+            out.detail = detail
+            break
     if out.status is OutcomeStatus.OK and out.done < (action.count or 0):
         out.status = OutcomeStatus.PARTIAL
         out.detail = f"{out.done} of {action.count} instance(s) exist; the rest are intended (the next pass resumes them)"
     with store.tx():
-        for made in created:
-            _record_created(rt, pool, *made)
-        for node in unasked:
-            _not_asked(rt, pool, node, out.detail)
+        if created is not None:
+            _record_created(rt, pool, *created)
         store.finish_action(action.id, "done" if out.status is OutcomeStatus.OK else out.status, out.detail or "ok",
                             rt.now())
     rt.progress(f"launch {action.pool}: {out.done}/{action.count} ({out.status})")
     return out
-
-
-def _not_asked(rt: Runtime, pool, node: Node, why: str) -> None:
-    """An intended node whose create was never asked for (an earlier node of its launch failed) fails,
-    with its audit record (in the caller's transaction): nothing was created for it."""
-    now = rt.now()
-    error = f"not created: an earlier node of the launch failed ({why})"
-    rt.store.transition(node, NodeState.FAILED, reason=error, at=now, actor=rt.actor)
-    rt.store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
-                   inputs={"pool": pool.name, "error": error, "action_id": node.action_id}, at=now)
 
 
 #: an instance created (or found) for an intended node, not recorded yet: (node, instance, found, when)

@@ -125,13 +125,11 @@ DRAIN_WORKERS = 16
 def drain_batch(rt: Runtime, actions: list[Action], plan_id: str | None) -> list[Outcome]:
     """Drain rounds for many nodes at once — a reclaim storm cordons every node in every scheduler
     within seconds, not one node after another. Three phases, so that no network call runs inside a
-    write transaction: record every intent (one transaction, committed before the first call); call the
-    schedulers for all nodes concurrently (network only); record every outcome and audit record (one
-    transaction: a pass killed before it commits leaves the drains intended, and the next drives them again)."""
+    write transaction: record every intent; call the schedulers for all nodes concurrently (network
+    only); record every outcome and audit record."""
     nodes = [node_for(rt, a) for a in actions]
-    with rt.store.tx():  # every intent committed (together) before the first call
-        for a in actions:
-            record_intent(rt, a, plan_id)
+    for a in actions:
+        record_intent(rt, a, plan_id)
 
     def call(pair: tuple[Action, Node]) -> Fanout:
         a, node = pair
@@ -154,8 +152,7 @@ def drain_batch(rt: Runtime, actions: list[Action], plan_id: str | None) -> list
             fan.cordoned_at = dict(c.accepted_at)
     else:
         fans = [call(p) for p in pairs]
-    with rt.store.tx():  # what every scheduler said, for every node: one transaction, after the calls
-        return [_drain_record(rt, a, node, fan) for (a, node), fan in zip(pairs, fans)]
+    return [_drain_record(rt, a, node, fan) for (a, node), fan in zip(pairs, fans)]
 
 
 def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Outcome:
