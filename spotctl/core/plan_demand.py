@@ -27,6 +27,10 @@ from .timefmt import iso
 
 #: The states of a node that new work may be planned onto (when it is not cordoned and not leaving).
 TAKES_WORK = (NodeState.BUILDING, NodeState.ACTIVE, NodeState.INTENDED)
+#: Demand classes left unplaced that the plan's explanation names one by one (in the plan's order: the
+#: highest priority and largest first); the rest are summed up in one line. Every unit is counted by
+#: reason in the plan's ``unplaced`` whatever the number.
+EXPLAIN_UNPLACED = 100
 
 
 def unplaced_examples(d: DemandClass, left: int) -> tuple[str, ...]:
@@ -174,6 +178,7 @@ def pack_new(st: PlanState) -> None:
                                                       index.of_pool_round.get((rnd, name), [])))
     last: dict[int, list[tuple[int, str, float | None]]] = {}  # pool set -> its pools' ends, last first
     remaining, set_of_pos, unplaced, explain = st.remaining, index.set_of_pos, st.unplaced, st.explain
+    told = 0  # classes left unplaced explained one by one (the first EXPLAIN_UNPLACED, in the plan's order)
     for pos, d in enumerate(st.demand):
         left = remaining[d.key]
         if left <= 0:
@@ -195,10 +200,17 @@ def pack_new(st: PlanState) -> None:
         else:
             reason = "no pool serves it (scheduler binding or node shape)"
         unplaced[reason] = unplaced.get(reason, 0) + left
+        told += 1
+        if told > EXPLAIN_UNPLACED:
+            continue
         examples = unplaced_examples(d, left)
         placed = f" ({d.count - left} of the {d.count} placed)" if left < d.count else ""
         explain.append(f"{d.scheduler} {shape_text(d.shape)} ×{left} unplaced{placed}: {reason}"
                        + (f" (e.g. {', '.join(examples[:3])})" if examples else ""))
+    if told > EXPLAIN_UNPLACED:
+        explain.append(f"… and {told - EXPLAIN_UNPLACED} more demand classes unplaced, not listed one by one (the "
+                       f"first {EXPLAIN_UNPLACED} are above; every unit is counted by reason in the plan's "
+                       f"unplaced: {sum(unplaced.values())} in all)")
 
 
 def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score: float,

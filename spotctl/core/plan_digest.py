@@ -18,11 +18,13 @@ from .models import KubernetesBinding, PoolClass, PoolKind, PoolSpec, Shape, Slu
 JSON = json.JSONEncoder(separators=(",", ":"), default=str)
 SORTED_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 MARKS = ("\x00spotctl:demand\x00", "\x00spotctl:nodes\x00")  # where the two large parts go in the digest's text
-#: Digest version 1 (every plan recorded before issue 14, and any input whose classes name at most this many
-#: pools in all): SHA-256 of the canonical JSON of the input with each class's pools. Version 2 (larger
-#: inputs, where that JSON grows as classes x pools): SHA-256 of the canonical JSON of the recorded form
-#: (``to_dict``: each distinct pool set once). The version is recorded with the input (none: 1).
-DIGEST_V1_MAX_POOL_NAMES = 100_000
+#: Digest versions, recorded with the input (none: 1), so that a replay names a recorded input as it was
+#: named. Version 1 (plans recorded before issue 14, and the smaller inputs of its first rounds): SHA-256 of
+#: the canonical JSON of the input with each class's pools. Version 2 (every new input): SHA-256 of the
+#: canonical JSON of the recorded form (``to_dict``: each distinct pool set once), the very text the store
+#: records, so that naming and recording the input encode it once.
+DIGEST_VERSION = 2  # of new inputs
+DIGEST_VERSIONS = (1, 2)  # that a recorded input may carry
 
 
 def pool_sets(demand: Any, prefix: tuple[list[tuple[str, ...]], list[int]] | None = None,

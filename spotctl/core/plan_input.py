@@ -32,7 +32,8 @@ from .models import (
     WorkUnit,
 )
 from .plan_digest import (
-    DIGEST_V1_MAX_POOL_NAMES,
+    DIGEST_VERSION,
+    DIGEST_VERSIONS,
     JSON,
     MARKS,
     SORTED_JSON,
@@ -121,7 +122,7 @@ class PlanInput:
     #: schedulers whose usage was not read this pass (down, or bound by a pool but not configured): a node of
     #: theirs that shows nothing running is not known to be empty
     usage_unread: frozenset[str] = frozenset()
-    digest_version: int = 0  # 1 or 2 (see DIGEST_V1_MAX_POOL_NAMES); 0: by the input's size
+    digest_version: int = 0  # 1 or 2 (see plan_digest.DIGEST_VERSIONS): a recorded input's; 0: a new one (2)
 
     def digest(self) -> str:
         """The input's name (its plan id is the first 12 hex digits): changes with any decision input."""
@@ -139,32 +140,36 @@ class PlanInput:
 
     @cached_property
     def _digest(self) -> str:
-        """SHA-256 of the input's canonical JSON: version 1 of :meth:`_legacy_dict` (the bytes as ever, so
-        that plan ids stay), version 2 of :meth:`to_dict`; written in parts: each distinct pool set encoded
-        once, each class from a template."""
-        v2 = self.resolved_digest_version == 2
-        if self.resolved_digest_version not in (1, 2):
+        """SHA-256 of the input's canonical JSON (:meth:`recorded_json`)."""
+        return hashlib.sha256(self.recorded_json().encode()).hexdigest()
+
+    def recorded_json(self) -> str:
+        """The canonical JSON (sorted keys, no spaces, ASCII) the digest is the SHA-256 of: at version 2 (every
+        new input) that of :meth:`to_dict`, which is what the store records (one encoding for the name and the
+        record); a recorded input of version 1 (no version recorded), that of :meth:`_legacy_dict`, the bytes
+        as then, so that its plan id stays. Written in parts: each distinct pool set encoded once, each class
+        from a template."""
+        return self._canonical_text
+
+    @cached_property
+    def _canonical_text(self) -> str:
+        version = self.resolved_digest_version
+        if version not in DIGEST_VERSIONS:
             raise ValueError(f"unknown plan input digest version {self.digest_version!r}")
+        v2 = version == 2
         md, mn = (JSON.encode(m) for m in MARKS)
         sets = {"pool_sets": [list(t) for t in self.demand_sets[0]], "digest_version": 2} if v2 else {}
         text = SORTED_JSON.encode({**self._small, **sets, "demand": MARKS[0], "nodes": MARKS[1]})
         if text.count(md) != 1 or text.count(mn) != 1 or text.index(md) > text.index(mn):
             whole = self.to_dict() if v2 else self._legacy_dict()
-            return hashlib.sha256(SORTED_JSON.encode(whole).encode()).hexdigest()
+            return SORTED_JSON.encode(whole)
         head, rest = text.split(md)
         mid, tail = rest.split(mn)
-        h = hashlib.sha256(head.encode())
-        h.update(self._demand_json(v2).encode())
-        h.update(mid.encode())
-        h.update(SORTED_JSON.encode(self._node_dicts).encode())
-        h.update(tail.encode())
-        return h.hexdigest()
+        return "".join((head, self._demand_json(v2), mid, SORTED_JSON.encode(self._node_dicts), tail))
 
     @cached_property
     def resolved_digest_version(self) -> int:
-        if self.digest_version:
-            return self.digest_version
-        return 1 if sum(len(d.pools) for d in self.demand) <= DIGEST_V1_MAX_POOL_NAMES else 2
+        return self.digest_version or DIGEST_VERSION
 
     def _demand_json(self, v2: bool) -> str:
         """The demand of :meth:`_legacy_dict` (``v2``: of :meth:`to_dict`) as canonical JSON."""
@@ -227,7 +232,7 @@ class PlanInput:
         b = d["budget"]
         sets = [tuple(t) for t in d.get("pool_sets", ())]
         version = d.get("digest_version", 1)  # recorded before versions were: 1
-        if version not in (1, 2):
+        if version not in DIGEST_VERSIONS:
             raise ValueError(f"unknown plan input digest version {version!r}")
         return cls(
             region=d["region"], now=d["now"],

@@ -11,6 +11,7 @@ import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
+from operator import attrgetter, not_
 from typing import Any
 
 from .actions import Action
@@ -86,6 +87,8 @@ class PlanState:
 
 INF = float("inf")
 _B1, _B2, _B3 = 16, 256, 4096  # block sizes of the three levels of minima in a ClassList
+_KEY = attrgetter("key")
+_DIMS = tuple(attrgetter(f) for f in ("shape.vcpu", "shape.ram_mb", "shape.gpus", "expected_seconds"))
 
 
 class ClassList:
@@ -99,16 +102,22 @@ class ClassList:
     def __init__(self, classes: list[DemandClass], order: list[int], remaining: dict[str, int]) -> None:
         self.classes = classes
         self.order = order  # each class's position in the plan's demand order
-        self.alive = bytearray(remaining.get(d.key, 0) > 0 for d in classes)
+        get = remaining.get
+        self.alive = bytearray([get(k, 0) > 0 for k in map(_KEY, classes)])
         self.live = sum(self.alive)  # classes with units left (an empty shape included: it never fits)
-        shapes = [d.shape if left and (d.shape.vcpu or d.shape.ram_mb or d.shape.gpus) else None
-                  for d, left in zip(classes, self.alive)]
-        dims: list[list[float]] = [[INF if s is None else s.vcpu for s in shapes],
-                                   [INF if s is None else s.ram_mb for s in shapes],
-                                   [INF if s is None else s.gpus for s in shapes],
-                                   [INF if s is None else d.expected_seconds for s, d in zip(shapes, classes)]]
+        # read in C (one attrgetter per field); a class with no units left or of an empty shape is never found
+        dims: list[list[float]] = [list(map(f, classes)) for f in _DIMS]
+        vc, rm, gp = dims[0], dims[1], dims[2]
+        gone = list(compress(range(len(classes)), map(not_, self.alive)))
+        gone += [j for j in compress(range(len(classes)), map(not_, vc)) if not rm[j] and not gp[j]]
+        for j in gone:
+            for a in dims:
+                a[j] = INF
         self.dims = dims
-        self.mins = [[_block_mins(a, size) for a in dims] for size in (_B1, _B2, _B3)]
+        # each level's minima from the level below (a block of 256 is 16 blocks of 16)
+        m1 = [_block_mins(a, _B1) for a in dims]
+        m2 = [_block_mins(a, _B2 // _B1) for a in m1]
+        self.mins = [m1, m2, [_block_mins(a, _B3 // _B2) for a in m2]]
         self.hints: dict[tuple[int, int, int, float], int] = {}  # room -> no class before it fits it
 
     def first_fit(self, i: int, v: int, r: int, g: int, w: float) -> int:

@@ -174,10 +174,13 @@ def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Out
         # every first round is audited; a later round when it changed something worth a record
         if first or forced or empty or not fan.ok:
             audit_action(rt, action, node.id, result, round="first" if first else "continue", forced=forced, **evidence)
-    left = sum(p.remaining for p in progress.values())
-    detail = fan.problems() or (f"{'empty' if empty else f'{left} workload(s) left'}"
-                                + (f"; {sum(len(v) for v in forced.values())} deleted at the deadline" if forced else ""))
-    rt.store.finish_action(action.id, "done" if fan.ok else result, detail, now)
+        left = sum(p.remaining for p in progress.values())
+        detail = fan.problems() or (f"{'empty' if empty else f'{left} workload(s) left'}"
+                                    + (f"; {sum(len(v) for v in forced.values())} deleted at the deadline"
+                                       if forced else ""))
+        # the action's status in the outcome's transaction: one commit per node, never a recorded round
+        # whose action still says running
+        rt.store.finish_action(action.id, "done" if fan.ok else result, detail, now)
     rt.progress(f"drain {node.id}: {result} ({detail})")
     return Outcome(action.id, "drain", result, fan.problems(), pool=node.pool, node=node.id, data=evidence)
 
@@ -208,7 +211,7 @@ def _set_cordon(rt: Runtime, action: Action, plan_id: str | None, cordon: bool) 
         elif node.state is NodeState.BUILDING and fan.ok:
             rt.store.update_node(node, cordoned=cordon)
         audit_action(rt, action, node.id, result, **fan.evidence())
-    rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
+        rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
     return Outcome(action.id, str(action.kind), result, fan.problems(), pool=node.pool, node=node.id,
                    data=fan.evidence())
 

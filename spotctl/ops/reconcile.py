@@ -107,7 +107,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
                                  summary={"actions": len(plan.actions), "launches": plan.launches(),
                                           "demand": plan.demand, "actions_sha256": plan.actions_digest(),
                                           "kinds": [a.kind for a in plan.actions]},
-                                 plan_input=inp.to_dict())
+                                 plan_input=inp.recorded_json())
             result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools, budget))
             lap = _lap(f"act ({len(result.outcomes)} outcomes)", lap)
     except BaseException as e:  # an error or an interrupt: the pass row says so, not "running" for good

@@ -67,6 +67,7 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
     One event per notice: what was done and how fast."""
     stop = stop or threading.Event()
     t0 = time.monotonic()
+    rt.store.defer_checkpoints()  # no commit of the fast path copies the log (see checkpoint() below)
     events: list[dict] = []
     todo: list[tuple[dict, Action, Node, Notice]] = []
     taken: set[str] = set()  # the nodes a notice of this batch already acts on (a storm: one lookup each)
@@ -113,6 +114,7 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
         todo.append((out, action, node, notice))
         taken.add(node.id)
     if not todo:
+        rt.store.checkpoint()
         return events
     _lock(rt, stop)
     try:
@@ -131,6 +133,7 @@ def handle_batch(rt: Runtime, notices: list[Notice], received_at: float,
                        schedulers=result.data.get("accepted_seconds"))
     finally:
         rt.unlock()
+    rt.store.checkpoint()  # the log into the database once the drains are accepted, not inside a commit
     return events
 
 
@@ -156,6 +159,7 @@ def continue_drains(rt: Runtime) -> list[Outcome]:
             outs.append(execute(rt, action, None))
     finally:
         rt.unlock()
+    rt.store.checkpoint()
     return outs
 
 

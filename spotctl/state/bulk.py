@@ -65,7 +65,7 @@ class EventRows:
 
     def __init__(self, region: str):
         self.source = f"spotctl/{region}"
-        self._templates: dict[str, list[tuple[str, str | None]]] = {}
+        self._templates: dict[str, tuple[list[str], list[str]]] = {}  # type -> (literal pieces, attributes between)
         self._times: dict[float, str] = {}
 
     def _time(self, at: float) -> str:
@@ -76,30 +76,56 @@ class EventRows:
             text = self._times[at] = datetime.fromtimestamp(at, tz=UTC).isoformat().removesuffix("+00:00") + "Z"
         return text
 
-    def event(self, type_: str, subject: str, data: dict, at: float, data_text: str | None = None) -> OutboxRow:
+    def event(self, type_: str, subject: str, data: dict | None, at: float, data_text: str | None = None,
+              ) -> OutboxRow:
         """The outbox row of one CloudEvent (keyed by its subject, as ``Outbox.cloud_event`` keys it);
-        ``data_text``: ``canonical(data)``, when the caller has it."""
+        ``data_text``: ``canonical(data)``, when the caller has it (``data`` is then needed only for the
+        first event of its type, which the SDK builds: None when the type has its template)."""
         template = self._templates.get(type_)
         if template is None:  # the SDK builds and validates the first one of its type
+            if data is None:
+                data = json.loads(data_text or "null")
             doc = structured(cloud_event(source=self.source, type_=type_, subject=subject, data=data, at=at))
-            # its other attributes, written once: (the key's text, the value's text; None: per event)
-            self._templates[type_] = [(_json(k) + ":", None if k in _PER_EVENT else canonical(v))
-                                      for k, v in sorted(doc.items())]
+            # its text around the attributes that differ per event (_PER_EVENT), in canonical (sorted) order:
+            # the literal pieces, and which attribute goes after each
+            pieces, slots, text = [], [], ""
+            for i, (k, v) in enumerate(sorted(doc.items())):
+                text += ("," if i else "{") + _json(k) + ":"
+                if k in _PER_EVENT:
+                    pieces.append(text)
+                    slots.append(k)
+                    text = ""
+                else:
+                    text += canonical(v)
+            pieces.append(text + "}")
+            self._templates[type_] = (pieces, slots)
             return ("event", subject, canonical(doc), at)
         if not isinstance(subject, str) or not subject:
             raise ValueError(f"a CloudEvent's subject must be a non-empty string, not {subject!r}")
-        own = {'"data":': canonical(data) if data_text is None else data_text, '"id":': f'"{new_id()}"', '"subject":': encode_basestring(subject),
-               '"time":': f'"{self._time(at)}"'}
-        return ("event", subject, "{" + ",".join(k + (own[k] if v is None else v) for k, v in template) + "}", at)
+        pieces, slots = template
+        own = {"data": canonical(data) if data_text is None else data_text, "id": f'"{new_id()}"',
+               "subject": encode_basestring(subject), "time": f'"{self._time(at)}"'}
+        out = [pieces[0]]
+        for slot, piece in zip(slots, pieces[1:]):
+            out.append(own[slot])
+            out.append(piece)
+        return ("event", subject, "".join(out), at)
 
     def transition(self, node: Node, src: NodeState | None, dst: NodeState, reason: str, at: float) -> OutboxRow:
         """The event of a node's transition ``src`` -> ``dst`` (the data ``Outbox.event`` gives it)."""
-        frm = src.value if src else None
-        data = {"node": node.id, "pool": node.pool, "from": frm, "to": dst.value, "reason": reason,
-                "instance_id": node.instance_id, "action_id": node.action_id}
-        text = (f'{{"action_id":{_json(node.action_id)},"from":{_json(frm)},"instance_id":{_json(node.instance_id)},'
-                f'"node":{_json(node.id)},"pool":{_json(node.pool)},"reason":{_json(reason)},"to":{_json(dst.value)}}}')
-        return self.event(event_type(dst), node.id, data, at, text)
+        frm, to = _STATE_JSON[src], _STATE_JSON[dst]
+        text = (f'{{"action_id":{_json(node.action_id)},"from":{frm},"instance_id":{_json(node.instance_id)},'
+                f'"node":{_json(node.id)},"pool":{_json(node.pool)},"reason":{_json(reason)},"to":{to}}}')
+        type_ = _EVENT_TYPE.get(dst) or event_type(dst)
+        data = None if type_ in self._templates else {
+            "node": node.id, "pool": node.pool, "from": src.value if src else None, "to": dst.value,
+            "reason": reason, "instance_id": node.instance_id, "action_id": node.action_id}
+        return self.event(type_, node.id, data, at, text)
+
+
+#: each state's JSON text (``"active"``; no state: ``null``) and its event's type, looked up once
+_STATE_JSON: dict[NodeState | None, str] = {None: "null", **{st: encode_basestring(st.value) for st in NodeState}}
+_EVENT_TYPE: dict[NodeState, str] = {st: event_type(st) for st in NodeState}
 
 
 class AuditRows:

@@ -12,6 +12,7 @@ an open store is never written into.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ from pathlib import Path
 from spotctl.core.errors import StateError
 from spotctl.state.dbfile import identity, sqlite_error
 from spotctl.state.presence import Presence
+
+log = logging.getLogger(__name__)
 
 
 class Connection(sqlite3.Connection):
@@ -97,6 +100,7 @@ class StoreBase:
         self._presence: Presence | None = None
         #: True when this open read every page (the last user had not closed the database)
         self.full_checked = False
+        self._deferred_checkpoints = False  # defer_checkpoints(): commits leave the log to checkpoint()
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -112,9 +116,11 @@ class StoreBase:
         self._in_tx = True
         try:
             yield self.conn
+            self._pre_commit()
             self.check_identity()  # commit-critical: never commit into a file that is no longer the region's
         except BaseException:
             self._in_tx = False
+            self._rolled_back()
             if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk, an I/O error)
                 with contextlib.suppress(sqlite3.Error, StateError):
                     self.conn.execute("ROLLBACK")
@@ -122,6 +128,33 @@ class StoreBase:
         else:
             self._in_tx = False
             self.conn.execute("COMMIT")
+
+    def _pre_commit(self) -> None:
+        """What a part of the store writes last in each write transaction, just before it commits (the
+        outbox's pending counters): nothing here."""
+
+    def _rolled_back(self) -> None:
+        """A write transaction was rolled back: forget what :meth:`_pre_commit` would have written."""
+
+    def defer_checkpoints(self) -> None:
+        """Leave this connection's commits without SQLite's automatic checkpoint (copying the write-ahead log
+        into the database, done by whichever commit finds the log past 1,000 pages: a few ms, more in a larger
+        database): for a latency path such as the watcher's, which calls :meth:`checkpoint` once its work is
+        done. Other connections (the passes) still checkpoint as usual."""
+        if self._deferred_checkpoints:
+            return
+        self.conn.execute("PRAGMA wal_autocheckpoint=0")
+        self._deferred_checkpoints = True
+
+    def checkpoint(self) -> None:
+        """After :meth:`defer_checkpoints`: copy what the log holds into the database, as far as readers allow
+        (``PASSIVE``: never waits for one, SQLite calls no busy handler; what is left goes with the next).
+        Nothing otherwise."""
+        if self._deferred_checkpoints and not self._in_tx:
+            try:
+                self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.OperationalError as e:  # busy (a writer or another checkpoint): the next one does it
+                log.debug("state database %s: checkpoint deferred: %s", self.path, e)
 
     def check_identity(self) -> None:
         """Stop (StateError) when the database file was deleted or replaced since it was opened: writing on

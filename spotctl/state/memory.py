@@ -93,8 +93,12 @@ class Memory(StoreBase):
 
     # -- plans and passes ----------------------------------------------------
 
-    def record_plan(self, *, plan_id: str, at: float, actor: str, executed: bool, summary: dict, plan_input: dict) -> int:
-        blob = zlib.compress(canonical(plan_input).encode(), 6)
+    def record_plan(self, *, plan_id: str, at: float, actor: str, executed: bool, summary: dict,
+                    plan_input: dict | str) -> int:
+        """Record a plan with its input: a value, or its JSON already written (``PlanInput.recorded_json``:
+        the text its digest names, not encoded twice)."""
+        text = plan_input if isinstance(plan_input, str) else canonical(plan_input)
+        blob = zlib.compress(text.encode(), 6)
         with self.tx() as c:
             cur = c.execute("INSERT INTO plans (plan_id, at, actor, executed, summary, input) VALUES (?,?,?,?,?,?)",
                             (plan_id, at, actor, int(executed), canonical(summary), blob))

@@ -64,6 +64,9 @@ class Outbox(StoreBase):
 
     outbox_kinds: frozenset[str] = KINDS
     _event_rows: EventRows | None = None  # the events' builder (templates per type), made at the first event
+    #: per kind, what this write transaction did to its pending rows: [counter before it, rows added (or
+    #: marked: negative), the newest pending id when known, time]; written once, just before the commit
+    _tx_counts: dict[str, list] | None = None
 
     def queue_kinds(self, kinds) -> None:
         """Queue only these kinds from now on (a subset of :data:`KINDS`)."""
@@ -117,16 +120,41 @@ class Outbox(StoreBase):
         if not rows:
             return
         with self.tx() as c:
-            kinds = {r[0] for r in rows}
-            before = {k: self._counter(k) for k in kinds}
+            for k in {r[0] for r in rows}:
+                self._count_in_tx(k)
             if len(rows) == 1:  # the usual case (one event, one record): its id is the newest pending one
                 newest = c.execute("INSERT INTO outbox (kind, key, payload, created_at) VALUES (?,?,?,?)",
                                    rows[0]).lastrowid
-                self._recount(rows[0][0], before[rows[0][0]], 1, rows[0][3], newest)
+                self._changed(rows[0][0], 1, rows[0][3], newest)
                 return
             c.executemany("INSERT INTO outbox (kind, key, payload, created_at) VALUES (?,?,?,?)", rows)
-            for k in kinds:
-                self._recount(k, before[k], sum(1 for r in rows if r[0] == k), rows[-1][3])
+            for k in {r[0] for r in rows}:
+                self._changed(k, sum(1 for r in rows if r[0] == k), rows[-1][3], None)
+
+    def _count_in_tx(self, kind: str) -> None:
+        """Read a kind's counter once per write transaction, before the transaction changes its rows."""
+        if self._tx_counts is None:
+            self._tx_counts = {}
+        if kind not in self._tx_counts:
+            self._tx_counts[kind] = [self._counter(kind), 0, None, 0.0]
+
+    def _changed(self, kind: str, delta: int, at: float, newest: int | None) -> None:
+        entry = (self._tx_counts or {})[kind]
+        entry[1] += delta
+        entry[2] = newest if delta > 0 else None  # marking rows delivered may take the newest one
+        entry[3] = max(entry[3], at)
+
+    def _pre_commit(self) -> None:
+        """Each kind's counter, once per transaction, whatever it queued or marked (one statement, not two a row)."""
+        counts, self._tx_counts = self._tx_counts, None
+        for kind, (before, delta, newest, at) in (counts or {}).items():
+            if delta:
+                self._recount(kind, before, delta, at, newest)
+        super()._pre_commit()
+
+    def _rolled_back(self) -> None:
+        self._tx_counts = None
+        super()._rolled_back()
 
     def outbox_rows(self, kind: str | None = None, pending_only: bool = False) -> list[dict]:
         sql = "SELECT * FROM outbox WHERE 1=1"
@@ -152,7 +180,8 @@ class Outbox(StoreBase):
         """Mark outbox rows delivered (called only after the destination acknowledged them); by primary key,
         a chunk at a time, each row's kind counted off its pending counter in the same transaction."""
         with self.tx() as c:
-            before = {k: self._counter(k) for k in KINDS}
+            for k in KINDS:
+                self._count_in_tx(k)
             done: dict[str, int] = {}
             for i in range(0, len(ids), 500):
                 chunk = [int(x) for x in ids[i:i + 500]]
@@ -160,7 +189,7 @@ class Outbox(StoreBase):
                                          " AND delivered_at IS NULL RETURNING kind", (at, *chunk)).fetchall():
                     done[kind] = done.get(kind, 0) + 1
             for kind, n in done.items():
-                self._recount(kind, before.get(kind), -n, at)
+                self._changed(kind, -n, at, None)
 
     def outbox_pending(self, kind: str, *, repair_at: float | None = None) -> tuple[int, float | None]:
         """(undelivered rows of a kind, creation time of the oldest — the first in the queue), in a few index

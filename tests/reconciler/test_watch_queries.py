@@ -80,3 +80,29 @@ def test_two_notices_for_one_node_in_a_batch_act_once(make_rt):
                                                                 "of this batch"]
     assert {n["id"] for n in rt.store.notices()} >= {"h-a", "h-b", "h-a2"}
     assert rt.store.node(a.id).state is NodeState.DRAINING and rt.store.node(b.id).state is NodeState.DRAINING
+
+
+def test_the_watcher_copies_the_log_after_the_drains_are_accepted_not_inside_a_commit(make_rt):
+    """SQLite's automatic checkpoint runs inside whichever commit finds the write-ahead log full, and costs
+    more in a larger database: on the notice path that made the latency grow with the node table. The
+    watcher's connection leaves it off and checkpoints (``PASSIVE``: it waits for no reader) once the
+    batch's drains are accepted, after its last commit; the log is then copied into the database."""
+    rt, world = make_rt()
+    advance(rt, world, 600, step=60)
+    node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
+    now = rt.clock.now()
+    notice = Notice(id="c-1", instance_id=node.instance_id, kind=NoticeKind.HARD, issued_at=now, deadline=now + 150,
+                    reason="reclaim", pool=node.pool, delivered_at=now + 0.2)
+    statements: list[str] = []
+    rt.store.conn.set_trace_callback(statements.append)
+    try:
+        ev = fast.handle(rt, notice, now, threading.Event())
+    finally:
+        rt.store.conn.set_trace_callback(None)
+    assert ev["action"] == "drain" and ev["status"] == "ok"
+    assert rt.store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    commits = [i for i, s in enumerate(statements) if s.strip().upper() == "COMMIT"]
+    checkpoints = [i for i, s in enumerate(statements) if "wal_checkpoint" in s]
+    assert commits and checkpoints and checkpoints[-1] > commits[-1]
+    busy, log_frames, copied = rt.store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and log_frames == copied

@@ -136,6 +136,36 @@ def test_a_kill_minus_9_in_the_middle_of_a_transaction_leaves_counter_and_rows_a
     s.close()
 
 
+def test_a_transaction_writes_each_kinds_counter_once_before_it_commits(tmp_path):
+    """Queueing and marking many rows in one write transaction (a drain: its transition's event and its
+    audit record) writes each kind's counter once, just before the commit, current (no recount on the
+    index at the next read); a transaction rolled back leaves rows and counters as they were."""
+    s = Store.open(tmp_path / "r.db", "r")
+    busy(s, 2)
+    statements: list[str] = []
+    s.conn.set_trace_callback(statements.append)
+    with s.tx():
+        for i in range(10, 14):
+            x = node(i)
+            s.add_node(x, actor="t", reason="test")
+            s.transition(x, NodeState.BUILDING, reason="r", at=3.0, actor="t")
+            s.audit(actor="t", action="node.launch", target=x.id, result="ok", inputs={}, at=3.0)
+        s.mark_delivered([r["id"] for r in s.outbox_rows("audit")][:3], 3.0)
+    s.conn.set_trace_callback(None)
+    writes = [x for x in statements if x.startswith("INSERT INTO kv")]
+    assert len(writes) == 2 and statements.index(writes[-1]) < statements.index("COMMIT")
+    for kind, want in (("event", 12), ("audit", 3)):
+        assert s._counter(kind) is not None and s.outbox_pending(kind)[0] == raw_count(s, kind) == want
+    with pytest.raises(RuntimeError), s.tx():
+        busy(s, 2, first=20)
+        raise RuntimeError("rolled back")
+    assert s.outbox_pending("event")[0] == raw_count(s, "event") == 12 and s._counter("event") is not None
+    busy(s, 1, first=30)
+    assert s.outbox_pending("event")[0] == raw_count(s, "event") == 14
+    assert s.full_check() == []
+    s.close()
+
+
 @pytest.mark.parametrize("sql,args", [
     (("SELECT id, key, payload FROM outbox INDEXED BY outbox_undelivered WHERE kind=? AND delivered_at IS NULL "
       "AND id > ? ORDER BY id LIMIT ?"), ("event", 0, 500)),

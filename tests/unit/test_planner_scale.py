@@ -1,5 +1,6 @@
 """The planner at scale (issue 14, item 6): the demand index decides what the plain greedy fill decided,
-plans are the same decisions, and the input's digest is the same bytes' hash as ever.
+plans are the same decisions, and the input's digest names every decision input (recorded plans keep
+their names).
 
 The index (:class:`spotctl.core.plan_state.DemandIndex`) replaces a scan of every class per pool and per
 node pattern; these tests pin it to the reference it replaces (:func:`spotctl.core.plan_demand.fill_room`
@@ -15,7 +16,7 @@ from hypothesis import strategies as hs
 
 from spotctl.core.config import Policy
 from spotctl.core.models import KubernetesBinding, PoolClass, PoolKind, PoolSpec, Scheduler, Shape, WorkUnit
-from spotctl.core.plan_demand import fill_room
+from spotctl.core.plan_demand import EXPLAIN_UNPLACED, fill_room
 from spotctl.core.plan_digest import pool_sets
 from spotctl.core.plan_input import DemandClass, PlanInput
 from spotctl.core.plan_state import DemandIndex
@@ -123,48 +124,58 @@ def _legacy_digest(inp: PlanInput) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def test_the_digest_is_the_hash_it_always_was_and_old_records_replay():
-    """Plan ids do not change: the digest is still the SHA-256 of the input's canonical JSON. A record
-    written before pool sets were (each class with its own ``pools`` list) replays to the same plan."""
+def test_an_old_record_is_named_as_it_was_and_replays():
+    """Plan ids of recorded plans do not change: a record written before digest versions were (each class
+    with its own ``pools`` list) is version 1, named by the SHA-256 of its canonical JSON as then, and
+    replays to the plan it named."""
+    from dataclasses import replace
+
     n = node(1)
     inp = plan_input([pool("p1"), pool("p2", vcpu=4, ram=8192)], hosts("p1", 2, spot=1) + hosts("p2", 2),
                      [job(i, vcpu=1 + i % 6, seconds=600 * (1 + i % 3)) for i in range(30)], nodes=[n])
-    assert inp.digest() == _legacy_digest(inp)
-    old_record = json.loads(json.dumps(inp._legacy_dict()))  # the format of plans recorded until now
+    old_record = json.loads(json.dumps(inp._legacy_dict()))  # the format of plans recorded until issue 14
     again = PlanInput.from_dict(old_record)
-    assert again.digest() == inp.digest()
-    assert plan(again).to_dict(explain=True) == plan(inp).to_dict(explain=True)
+    assert again.resolved_digest_version == 1 and again.digest() == _legacy_digest(inp) != inp.digest()
+    assert plan(again).to_dict(explain=True) == plan(replace(inp, digest_version=1)).to_dict(explain=True)
     # a float where an integer is expected (as a hand-edited record might hold) is hashed as JSON writes it
     odd = PlanInput.from_dict({**old_record, "demand": [{**old_record["demand"][0], "expected_seconds": 600.0},
                                                         *old_record["demand"][1:]]})
-    assert odd.digest() == _legacy_digest(odd) != inp.digest()
+    assert odd.digest() == _legacy_digest(odd) != again.digest()
 
 
 def test_the_digest_changes_with_every_decision_input():
-    from dataclasses import replace
+    """The digest names every value of the recorded form: a change of any field of a class or a node, of
+    the time or of a pool changes it, and each changed input read back from its record is named alike."""
+    from dataclasses import fields, replace
+
+    from spotctl.core.models import NodeState, Notice, NoticeKind
 
     inp = plan_input([pool("p1"), pool("p2")], hosts("p1", 2) + hosts("p2", 2), [job(1), job(2, vcpu=2)],
-                     nodes=[node(1)])
+                     nodes=[node(1), node(2)])
+    assert inp.resolved_digest_version == 2
     base = inp.digest()
-    d0 = inp.demand[0]
-    changed = [
-        replace(inp, demand=(replace(d0, count=d0.count + 1),) + inp.demand[1:]),
-        replace(inp, demand=(replace(d0, pools=d0.pools[:1]),) + inp.demand[1:]),
-        replace(inp, demand=(replace(d0, shape=Shape(3, 8192)),) + inp.demand[1:]),
-        replace(inp, demand=(replace(d0, examples=("slurm/x",)),) + inp.demand[1:]),
-        replace(inp, nodes=(replace(inp.nodes[0], used=Shape(1, 1024)),)),
-        replace(inp, now=inp.now + 1),
-        replace(inp, pools={**inp.pools, "p2": replace(inp.pools["p2"], max_nodes=3)}),
-    ]
+    d0, n0 = inp.demand[0], inp.nodes[0]
+    other = {"key": "k2", "scheduler": "kubernetes", "shape": Shape(3, 8192), "priority": 7,
+             "expected_seconds": 601, "count": d0.count + 1, "pools": d0.pools[:1], "examples": ("slurm/x",)}
+    node_other = {"id": "n9", "pool": "p2", "state": NodeState.DRAINING, "used": Shape(1, 1024), "running": 3,
+                  "cordoned": not n0.cordoned, "idle_since": NOW - 5, "price": 9.5, "drain_started": NOW - 1,
+                  "host": "h-9", "protected_until": NOW + 60, "protect_closed": True,
+                  "cordoned_by_us": not n0.cordoned_by_us, "known": not n0.known,
+                  "notice": Notice("ntc-1", "i-1", NoticeKind.HARD, NOW - 10, NOW + 600, "reclaim", "p1")}
+    assert set(other) == {f.name for f in fields(d0)} and set(node_other) == {f.name for f in fields(n0)}
+    changed = [replace(inp, demand=(replace(d0, **{k: v}),) + inp.demand[1:]) for k, v in other.items()]
+    changed += [replace(inp, nodes=(replace(n0, **{k: v}),) + inp.nodes[1:]) for k, v in node_other.items()]
+    changed += [replace(inp, now=inp.now + 1), replace(inp, nodes=inp.nodes[::-1]),
+                replace(inp, pools={**inp.pools, "p2": replace(inp.pools["p2"], max_nodes=3)})]
     digests = [c.digest() for c in changed]
     assert base not in digests and len(set(digests)) == len(digests)
-    assert all(c.digest() == _legacy_digest(c) for c in changed)
+    assert all(PlanInput.from_dict(json.loads(json.dumps(c.to_dict()))).digest() == c.digest() for c in changed)
 
 
 def test_many_pools_and_distinct_classes_account_for_every_unit():
     """Forty pools of one binding over four shapes, three hundred distinct classes (each its own shape and
-    duration), thirty launches allowed (not enough): every unit is placed or counted unplaced with its reason, and each
-    class left is explained once."""
+    duration), thirty launches allowed (not enough): every unit is placed or counted unplaced with its reason; the first
+    EXPLAIN_UNPLACED classes left are explained one by one, the rest in one line."""
     pools = [PoolSpec(name=f"q{i:02d}", kind=PoolKind.VM, pool_class=PoolClass.HEADROOM, az="az1",
                       shape=Shape(*[(4, 8192, 0), (8, 32768, 0), (16, 65536, 0), (32, 131072, 0)][i % 4]),
                       max_nodes=2, kubernetes=KubernetesBinding(labels=(("spot", "yes"),),
@@ -179,30 +190,38 @@ def test_many_pools_and_distinct_classes_account_for_every_unit():
     d = p.demand
     assert d["placed_on_new_nodes"] + d["unplaced"] + d["covered_by_existing_nodes"] == d["pending"] == 300
     assert set(p.unplaced) == {"at most 30 launches per pass"}
-    assert sum(" unplaced" in e for e in p.explain) == d["pending_after_plan"] > 0
+    lines = [e for e in p.explain if " unplaced" in e and not e.startswith("…")]
+    assert d["pending_after_plan"] > EXPLAIN_UNPLACED and len(lines) == EXPLAIN_UNPLACED
+    assert sum(int(e.split("×")[1].split(" ")[0]) for e in lines) < d["pending_after_plan"]
+    (rest,) = [e for e in p.explain if e.startswith("…")]
+    assert rest.startswith(f"… and {d['pending_after_plan'] - EXPLAIN_UNPLACED} more demand classes unplaced")
+    assert f"{d['unplaced']} in all" in rest
 
 
-def test_a_large_input_is_named_by_its_recorded_form_and_replays(monkeypatch):
-    """Past DIGEST_V1_MAX_POOL_NAMES pool names in all (the JSON of every class's pools grows as classes x
-    pools), the digest is version 2: the SHA-256 of the recorded form's canonical JSON, each pool set once.
-    The version is recorded, so the replay names the input alike; a record without one is version 1."""
-    import spotctl.core.plan_input as pi
+def test_a_new_input_is_named_by_the_text_the_store_records(tmp_path):
+    """Every new input is version 2: its digest is the SHA-256 of the recorded form's canonical JSON (each
+    pool set once), the very text the store records (``recorded_json``); read back, it is named alike and
+    replays to the same plan. A record without a version is version 1 (the whole input's JSON, each class
+    with its pools); an unknown version is refused."""
+    import pytest
 
-    monkeypatch.setattr(pi, "DIGEST_V1_MAX_POOL_NAMES", 5)
+    from spotctl.state.store import Store
+
     inp = plan_input([pool("p1"), pool("p2", vcpu=4, ram=8192)], hosts("p1", 2) + hosts("p2", 2),
                      [job(i, vcpu=1 + i % 6, seconds=600 * (1 + i % 3)) for i in range(30)], nodes=[node(1)])
-    rec = json.loads(json.dumps(inp.to_dict()))
-    assert rec["digest_version"] == 2 and inp.resolved_digest_version == 2
-    want = hashlib.sha256(json.dumps(inp.to_dict(), sort_keys=True, separators=(",", ":"),
-                                     default=str).encode()).hexdigest()
-    assert inp.digest() == want != _legacy_digest(inp)
+    text = json.dumps(inp.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+    assert inp.recorded_json() == text and inp.digest() == hashlib.sha256(text.encode()).hexdigest()
+    assert inp.resolved_digest_version == 2 and inp.digest() != _legacy_digest(inp)
+    store = Store.open(tmp_path / "state.db", "r1")
+    seq = store.record_plan(plan_id=inp.digest()[:12], at=NOW, actor="t", executed=True, summary={},
+                            plan_input=inp.recorded_json())
+    rec = store.plan_input(seq)
+    assert rec == json.loads(text) and rec["digest_version"] == 2
     again = PlanInput.from_dict(rec)
     assert again.digest() == inp.digest()
     assert plan(again).to_dict(explain=True) == plan(inp).to_dict(explain=True)
-    old = PlanInput.from_dict({k: v for k, v in json.loads(json.dumps(inp._legacy_dict())).items()})
+    old = PlanInput.from_dict(json.loads(json.dumps(inp._legacy_dict())))
     assert old.resolved_digest_version == 1 and old.digest() == _legacy_digest(inp)
-    bad = {**rec, "digest_version": 3}
-    import pytest
-
-    with pytest.raises(ValueError):
-        PlanInput.from_dict(bad)
+    for bad in (3, 0, "2"):
+        with pytest.raises(ValueError, match="digest version"):
+            PlanInput.from_dict({**rec, "digest_version": bad})
