@@ -21,7 +21,7 @@ from spotctl.core.errors import StateError
 from spotctl.core.models import NodeState
 from spotctl.state.dbfile import RESTORE, bad_value, clip, open_error, read_only_error, sqlite_error, writable_dir
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -99,6 +99,11 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX reclaims_at ON reclaims(at);
     DROP INDEX outbox_pending;
     CREATE INDEX outbox_key ON outbox(kind, key);
+    """,
+    # nodes_updated (state, updated_at) serves every lookup by state: nodes_state was one more index for
+    # every node written, and read by nothing
+    6: """
+    DROP INDEX nodes_state;
     """,
 }
 
