@@ -34,8 +34,10 @@ def plan(
     past decision can be explained and is shown to be reproducible.
 
     --explain adds the pools (price, score, room, calendar) and the planner's
-    reasons: why each unit of demand was or was not placed, why nodes are
-    advised (cordoned: no new work), where the calendar takes capacity back.
+    reasons: why demand was or was not placed (the first 100 classes of
+    demand left unplaced one by one, the rest in one line; the plan's
+    "unplaced" counts every unit by reason), why nodes are advised (cordoned:
+    no new work), where the calendar takes capacity back.
 
     Exit 7 (partial) when a source — the cloud, the contract feed (rate card,
     notices), a scheduler — could not be read within the observe deadline: the
