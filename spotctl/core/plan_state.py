@@ -10,14 +10,15 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import attrgetter, not_
-from typing import Any
+from itertools import compress, repeat
+from operator import attrgetter, eq, gt, itemgetter
+from typing import Any, Callable
 
 from .actions import Action
 from .budget import Bucket, Priority
 from .capacity import calendar_id
 from .models import ActionKind, Shape
+from .plan_classes import INF, ClassList
 from .plan_digest import pool_sets
 from .plan_input import REPLACEMENT, DemandClass, NodeView, PlanInput
 
@@ -85,91 +86,15 @@ class PlanState:
         self.demand_index = None
 
 
-INF = float("inf")
-_B1, _B2, _B3 = 16, 256, 4096  # block sizes of the three levels of minima in a ClassList
-_KEY = attrgetter("key")
-_DIMS = tuple(attrgetter(f) for f in ("shape.vcpu", "shape.ram_mb", "shape.gpus", "expected_seconds"))
+_ROW = attrgetter("scheduler", "key", "shape.vcpu", "shape.ram_mb", "shape.gpus", "expected_seconds")
 
 
-class ClassList:
-    """The demand classes of one pool set (classes served by the same pools, in one round), in the plan's
-    order, indexed for "the first class from position i that fits this room and window": minima of vCPU,
-    RAM, GPUs and duration over blocks of 16, 256 and 4096 classes skip the blocks that cannot fit. A class
-    whose units are all placed is never found again, nor one of an empty shape (it takes no room)."""
-
-    __slots__ = ("alive", "classes", "dims", "hints", "live", "mins", "order")
-
-    def __init__(self, classes: list[DemandClass], order: list[int], remaining: dict[str, int]) -> None:
-        self.classes = classes
-        self.order = order  # each class's position in the plan's demand order
-        get = remaining.get
-        self.alive = bytearray([get(k, 0) > 0 for k in map(_KEY, classes)])
-        self.live = sum(self.alive)  # classes with units left (an empty shape included: it never fits)
-        # read in C (one attrgetter per field); a class with no units left or of an empty shape is never found
-        dims: list[list[float]] = [list(map(f, classes)) for f in _DIMS]
-        vc, rm, gp = dims[0], dims[1], dims[2]
-        gone = list(compress(range(len(classes)), map(not_, self.alive)))
-        gone += [j for j in compress(range(len(classes)), map(not_, vc)) if not rm[j] and not gp[j]]
-        for j in gone:
-            for a in dims:
-                a[j] = INF
-        self.dims = dims
-        # each level's minima from the level below (a block of 256 is 16 blocks of 16)
-        m1 = [_block_mins(a, _B1) for a in dims]
-        m2 = [_block_mins(a, _B2 // _B1) for a in m1]
-        self.mins = [m1, m2, [_block_mins(a, _B3 // _B2) for a in m2]]
-        self.hints: dict[tuple[int, int, int, float], int] = {}  # room -> no class before it fits it
-
-    def first_fit(self, i: int, v: int, r: int, g: int, w: float) -> int:
-        """The first class from ``i`` on that fits ``v``/``r``/``g`` and runs at most ``w`` seconds
-        (``len(classes)``: none)."""
-        dv, dr, dg, de = self.dims
-        (m1v, m1r, m1g, m1e), (m2v, m2r, m2g, m2e), (m3v, m3r, m3g, m3e) = self.mins
-        n = len(dv)
-        while i < n:
-            if not i % _B1:
-                b = i // _B3
-                if not i % _B3 and (m3v[b] > v or m3r[b] > r or m3g[b] > g or m3e[b] > w):
-                    i += _B3
-                    continue
-                b = i // _B2
-                if not i % _B2 and (m2v[b] > v or m2r[b] > r or m2g[b] > g or m2e[b] > w):
-                    i += _B2
-                    continue
-                b = i // _B1
-                if m1v[b] > v or m1r[b] > r or m1g[b] > g or m1e[b] > w:
-                    i += _B1
-                    continue
-            if dv[i] <= v and dr[i] <= r and dg[i] <= g and de[i] <= w:
-                return i
-            i += 1
-        return n
-
-    def kill(self, j: int) -> None:
-        """Class ``j`` has no units left: never found again."""
-        if not self.alive[j]:
-            return
-        self.alive[j] = 0
-        self.live -= 1
-        dims = self.dims
-        if dims[0][j] == INF:  # an empty shape: never in the minima
-            return
-        old = [a[j] for a in dims]
-        for a in dims:
-            a[j] = INF
-        (m1, m2, m3), b = self.mins, j // _B1
-        for a, x, l1, l2, l3 in zip(dims, old, m1, m2, m3):
-            if x > l1[b]:
-                continue  # not the block's minimum: no minimum changes
-            l1[b] = min(a[b * _B1:(b + 1) * _B1])
-            b2 = b // (_B2 // _B1)
-            l2[b2] = min(l1[b2 * (_B2 // _B1):(b2 + 1) * (_B2 // _B1)])
-            b3 = b2 // (_B3 // _B2)
-            l3[b3] = min(l2[b3 * (_B3 // _B2):(b3 + 1) * (_B3 // _B2)])
-
-
-def _block_mins(a: list[float], size: int) -> list[float]:
-    return [min(a[i:i + size]) for i in range(0, len(a), size)]
+def _picker(at: list[int]) -> Callable[[list[Any]], list[Any]]:
+    """``a -> [a[p] for p in at]``, in C."""
+    if len(at) > 1:
+        get = itemgetter(*at)
+        return lambda a: list(get(a))
+    return lambda a: [a[p] for p in at]
 
 
 class DemandIndex:
@@ -188,19 +113,22 @@ class DemandIndex:
         self.sets: list[frozenset[str]] = [frozenset(t) for t in base_sets]
         self.replacement: list[bool] = [False] * nb
         self.set_of_pos: list[int] = list(of_class)  # per class (in the plan's order): its set
+        # each class's fields, read in one pass (C) over the classes: for the sets and for every list
+        scheds, keys, *dims = [list(a) for a in zip(*map(_ROW, demand))] if demand else [[] for _ in range(6)]
         extra: dict[int, int] = {}
-        for pos, d in enumerate(demand):
-            if d.scheduler == REPLACEMENT:
-                i = of_class[pos]
-                if i not in extra:
-                    extra[i] = len(self.sets)
-                    self.sets.append(self.sets[i])
-                    self.replacement.append(True)
-                self.set_of_pos[pos] = extra[i]
-        members: list[list[int]] = [[] for _ in self.sets]
-        for pos, sid in enumerate(self.set_of_pos):
-            members[sid].append(pos)
-        alive = [remaining.get(d.key, 0) > 0 for d in demand]
+        for pos in compress(range(len(demand)), map(eq, scheds, repeat(REPLACEMENT))):
+            i = of_class[pos]
+            if i not in extra:
+                extra[i] = len(self.sets)
+                self.sets.append(self.sets[i])
+                self.replacement.append(True)
+            self.set_of_pos[pos] = extra[i]
+        members: list[list[int]] = [[] for _ in self.sets]  # per set: its classes' positions, in order
+        by_set, start = sorted(range(len(demand)), key=self.set_of_pos.__getitem__), 0  # (a stable sort, in C)
+        for sid, k in sorted(Counter(self.set_of_pos).items()):
+            members[sid], start = by_set[start:start + k], start + k
+        alive = list(map(gt, map(remaining.get, keys, repeat(0)), repeat(0)))
+        self._dims, self._alive = dims, alive  # for each list: its classes' vCPU, RAM, GPUs and duration; units left?
         self.set_live: list[int] = [0] * len(self.sets)  # per set: its classes with units left
         for sid, n in Counter(compress(self.set_of_pos, alive)).items():
             self.set_live[sid] = n
@@ -283,8 +211,10 @@ class DemandIndex:
 
     def _make(self, li: int) -> ClassList:
         m = self._merged[li]
-        cl = self.lists[li] = ClassList([self._demand[p] for p in m], m, self._remaining)
-        self.sid_of[li] = [self.set_of_pos[p] for p in m]
+        pick = _picker(m)  # (its classes' units left as when the index was made: only the index places them)
+        cl = self.lists[li] = ClassList(pick(self._demand), m, self._remaining, [pick(a) for a in self._dims],
+                                        pick(self._alive))
+        self.sid_of[li] = pick(self.set_of_pos)
         return cl
 
     def _kill(self, li: int, j: int) -> None:
@@ -305,14 +235,14 @@ class DemandIndex:
             cl = lists[li] or self._make(li)
             if cl.live <= 0:
                 continue
-            j = self._first(pool, li, 0, v, r, g, w, remaining)
+            j = self._first(pool, li, cl, 0, v, r, g, w, remaining)
             if j < len(cl.classes):
                 heap.append((cl.order[j], li, j))
         heapq.heapify(heap)
         pattern: dict[str, int] = {}
         while heap:
             _, li, j = heap[0]
-            cl = lists[li] or self._make(li)
+            cl = lists[li] or self._make(li)  # (made above)
             dv, dr, dg, de = cl.dims
             if dv[j] <= v and dr[j] <= r and dg[j] <= g and de[j] <= w:
                 d = cl.classes[j]
@@ -327,24 +257,25 @@ class DemandIndex:
                 pattern[d.key] = k
                 self.loc[d.key] = li, j
                 v, r, g = v - s.vcpu * k, r - s.ram_mb * k, g - s.gpus * k
-            j = self._first(pool, li, j + 1, v, r, g, w, remaining)  # (the room shrank since it was found)
+            j = self._first(pool, li, cl, j + 1, v, r, g, w, remaining)  # (the room shrank since it was found)
             if j < len(cl.classes):
                 heapq.heapreplace(heap, (cl.order[j], li, j))
             else:
                 heapq.heappop(heap)
         return pattern
 
-    def _first(self, pool: str, li: int, i: int, v: int, r: int, g: int, w: float,
+    def _first(self, pool: str, li: int, cl: ClassList, i: int, v: int, r: int, g: int, w: float,
                remaining: dict[str, int]) -> int:
-        """The first class of list ``li`` from ``i`` on that ``pool`` serves, fits and has units left. A hint
-        per room (the first class that fits it) skips what was found not to fit before: rooms only shrink
-        and classes only empty."""
-        cl, sets, sid_of = self.lists[li] or self._make(li), self.sets, self.sid_of[li]
+        """The first class of list ``li`` (``cl``) from ``i`` on that ``pool`` serves, fits and has units left.
+        A hint per room (the first class that fits it) skips what was found not to fit before: rooms only
+        shrink and classes only empty."""
         n = len(cl.classes)
         hint_key = (v, r, g, w)
         hint = cl.hints.get(hint_key, 0)
-        first = i <= hint
-        j = max(i, hint)
+        if i > hint:
+            j, first = i, False
+        else:
+            j, first = hint, True
         while True:
             j = cl.first_fit(j, v, r, g, w)
             if j >= n:
@@ -355,7 +286,7 @@ class DemandIndex:
             if first:
                 cl.hints[hint_key] = j
                 first = False
-            if pool in sets[sid_of[j]]:
+            if pool in self.sets[self.sid_of[li][j]]:
                 return j
             j += 1
         if first:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as hs
@@ -19,6 +20,7 @@ from spotctl.core.models import KubernetesBinding, PoolClass, PoolKind, PoolSpec
 from spotctl.core.plan_demand import EXPLAIN_UNPLACED, fill_room
 from spotctl.core.plan_digest import pool_sets
 from spotctl.core.plan_input import DemandClass, PlanInput
+from spotctl.core.plan_classes import ClassList
 from spotctl.core.plan_state import DemandIndex
 from spotctl.core.planner import plan
 
@@ -64,6 +66,65 @@ def test_the_index_fills_a_room_as_the_plain_greedy_fill_does(parts, rooms):
             for k, c in want.items():
                 remaining[k] -= c
                 index.placed(k, remaining)
+
+
+def _many_classes(rng: random.Random, n: int, ordered: bool) -> list[DemandClass]:
+    """``n`` classes of few vCPU values (ties in the block minima), spread RAM, some GPUs, some empty shapes;
+    in the plan's order (largest first) or not."""
+    shapes = [Shape(rng.randrange(0, 5), rng.choice([0, rng.randrange(1, 40000)]), rng.choice([0, 0, 0, 1]))
+              for _ in range(n)]
+    if ordered:
+        shapes.sort(key=lambda s: (-s.gpus, -s.vcpu, -s.ram_mb))
+    return [DemandClass(key=f"k{i:05d}", scheduler="slurm", shape=sh, priority=0,
+                        expected_seconds=rng.randrange(0, 8000), count=rng.randrange(0, 3),
+                        pools=tuple(p for p in ("a", "b") if sh.fits_in(POOL_SHAPES[p])))
+            for i, sh in enumerate(shapes)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(hs.integers(0, 2**32), hs.sampled_from([1, 15, 16, 17, 255, 256, 257, 600, 4095, 4097, 4400]), hs.booleans())
+def test_first_fit_is_the_first_class_that_fits_whatever_the_blocks(seed, n, ordered):
+    """Over lists of one block to more than one of each level, from any position (inside a block too),
+    with classes killed one by one (ties in the minima included), ``ClassList.first_fit`` finds the first
+    class with units left and a non-empty shape that fits, as a scan of every class does."""
+    rng = random.Random(seed)
+    classes = _many_classes(rng, n, ordered)
+    remaining = {d.key: d.count for d in classes}
+    cl = ClassList(classes, list(range(n)), remaining)
+    alive = [remaining[d.key] > 0 and d.shape != Shape() for d in classes]
+    killed = set()
+    for _ in range(60):
+        v, r, g, w = rng.randrange(0, 6), rng.randrange(0, 45000), rng.randrange(0, 2), rng.choice([float("inf"), 4000, 100])
+        i = rng.choice([0, rng.randrange(0, n + 1)])
+        want = next((k for k in range(i, n) if alive[k] and classes[k].shape.fits_in(Shape(v, r, g))
+                     and classes[k].expected_seconds <= w), n)
+        assert cl.first_fit(i, v, r, g, w) == want
+        j = want if want < n and rng.random() < 0.7 else rng.randrange(n) if rng.random() < 0.3 else None
+        if j is not None:
+            cl.kill(j)
+            alive[j] = False
+            killed.add(j)
+    assert cl.live == sum(remaining[d.key] > 0 and k not in killed for k, d in enumerate(classes))
+
+
+@settings(max_examples=20, deadline=None)
+@given(hs.integers(0, 2**32), hs.sampled_from([300, 700, 4500]))
+def test_the_index_fills_rooms_over_long_lists_as_the_plain_greedy_fill_does(seed, n):
+    """As above, over lists of many blocks (the distinct demand of a large region: a class per unit)."""
+    rng = random.Random(seed)
+    demand = _many_classes(rng, n, ordered=True)
+    remaining = {d.key: d.count for d in demand}
+    index = DemandIndex(demand, remaining, dict(POOL_SHAPES))
+    for _ in range(25):
+        name = rng.choice("ab")
+        room = Shape(rng.randrange(0, 17), rng.randrange(0, 70000), rng.randrange(0, 3))
+        window = rng.choice([None, 600, 4000])
+        lids = index.of_pool_round.get((False, name), [])
+        want = fill_room(room, [d for d in demand if name in d.pools], remaining, window=window)
+        assert index.fill(name, lids, room, remaining, window) == want
+        for k, c in want.items():
+            remaining[k] -= c
+            index.placed(k, remaining)
 
 
 def test_a_shared_pool_set_is_one_tuple_and_one_entry():
