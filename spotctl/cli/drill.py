@@ -75,7 +75,7 @@ def exercise_reclaim(
     process died the same way and frees the region for the next drill. Sub-commands: list, status DRILL,
     report DRILL, abort DRILL.
 
-    Example: spotctl exercise-reclaim --pool gp-rsv-az2 --count 2 --yes
+    Example: spotctl exercise-reclaim --pool gp-rsv-az2 --count 4 --yes
 
     Example, a preview (the victims and the policy's cap; nothing is reclaimed):
     spotctl exercise-reclaim --pool gp-rsv-az2 --count 2 --dry-run

@@ -14,6 +14,7 @@ from .budget import Priority
 from .config import Policy
 from .lifecycle import cordonable, drainable, uncordonable
 from .models import ActionKind, NodeState, Notice, NoticeKind
+from .timefmt import iso
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,14 @@ def decide_notice(notice: Notice | None, state: NodeState, now: float, policy: P
                                   f"{what} timed out after {int(now - notice.issued_at)}s: accept work again",
                                   inputs={"notice": notice.id})
         return NoticeDecision(None, Priority.OPERATOR, f"{what} timed out: nothing to revert")
+    if stage == "early":
+        due = notice.deadline - max(policy.calendar_advisory_seconds, policy.advisory_prespin_lead_seconds) \
+            if notice.deadline is not None else now
+        if uncordonable(state, cordoned_by_us=cordoned_by_us):  # cordoned for it before: too soon for that
+            return NoticeDecision(ActionKind.UNCORDON, Priority.OPERATOR,
+                                  f"{what}: not due before {iso(due, sep=' ')}: accept work until then",
+                                  inputs={"notice": notice.id})
+        return NoticeDecision(None, Priority.OPERATOR, f"{what}: the node takes work until {iso(due, sep=' ')}")
     if stage == "drain":
         when = f", reclaim in {int(notice.deadline - now)}s" if notice.deadline is not None else ""
         return NoticeDecision(ActionKind.DRAIN, Priority.RECLAIM, f"{what}: drain ahead of the reclaim{when}",
@@ -100,11 +109,13 @@ def decide_notice(notice: Notice | None, state: NodeState, now: float, policy: P
 
 
 def advisory_stage(notice: Notice, now: float, policy: Policy) -> str:
-    """Where the graduated response to an advisory stands: cordon → prespin → drain, or expired.
+    """Where the graduated response to an advisory stands: (early →) cordon → prespin → drain, or expired.
 
     With a deadline (a calendar reclaim, a lease start) the stages run back from
-    it, so that the node is empty before the provider's hard notice; without
-    one they run forward from the advisory, and give up after the time box.
+    it, so that the node is empty before the provider's hard notice, and begin
+    ``calendar_advisory_seconds`` before it (``early`` until then: the node
+    takes work); without one they run forward from the advisory, and give up
+    after the time box.
     """
     if notice.deadline is not None:
         left = notice.deadline - now
@@ -112,6 +123,11 @@ def advisory_stage(notice: Notice, now: float, policy: Policy) -> str:
             return "drain"
         if left <= policy.advisory_prespin_lead_seconds:
             return "prespin"
+        if left > max(policy.calendar_advisory_seconds, policy.advisory_prespin_lead_seconds):
+            # announced long ahead (a reservation booked for tomorrow, a lease end): the node keeps taking
+            # work until the reclaim is ``calendar_advisory_seconds`` away, the rule of our own calendar
+            # advisories (calendar_advisory_due), not from the moment the provider tells us
+            return "early"
         return "cordon"
     age = now - notice.issued_at
     if age >= policy.advisory_timeout_seconds:

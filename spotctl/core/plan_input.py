@@ -305,8 +305,13 @@ def build_input(
     by_node: dict[str, list[NodeUsage]] = {}
     for u in usage:
         by_node.setdefault(u.node, []).append(u)
+    # each node's strongest notice: a hard one first, then the one to act on soonest (an advisory with a
+    # deadline is acted on from calendar_advisory_seconds before it: notices.advisory_stage), the oldest
+    lead = max(policy.calendar_advisory_seconds, policy.advisory_prespin_lead_seconds)
     by_instance: dict[str, Notice] = {}
-    for n in sorted(notices, key=lambda n: (n.kind != NoticeKind.HARD, n.issued_at, n.id)):
+    for n in sorted(notices, key=lambda n: (n.kind != NoticeKind.HARD,
+                                            n.issued_at if n.deadline is None else max(n.issued_at, n.deadline - lead),
+                                            n.issued_at, n.id)):
         by_instance.setdefault(n.instance_id, n)
     advisories: dict[str, int] = {}
     views = []

@@ -77,6 +77,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
     log.info("pass: region lock taken after %.1f ms", (time.monotonic() - waited) * 1000)
     now = result.started_at = rt.now()  # after any wait for the lock
     seq = None
+    rt.store.started_pass = None
     try:
         used_before = rt.store.tokens_used_total()
         seq = None if dry_run else rt.store.start_pass(rt.actor, now)
@@ -111,34 +112,47 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
             result.outcomes.extend(_act(rt, plan, snap, inp.no_notice_pools, budget))
             lap = _lap(f"act ({len(result.outcomes)} outcomes)", lap)
     except BaseException as e:  # an error or an interrupt: the pass row says so, not "running" for good
-        if seq is not None:
-            try:
-                rt.store.finish_pass(seq, "failed" if isinstance(e, Exception) else "interrupted",
-                                     {"error": f"{type(e).__name__}: {e}"[:500],
-                                      "outcomes": [o.to_dict() for o in result.outcomes]}, rt.now())
-            except Exception:  # the store itself failed: the next pass closes the row as abandoned
-                log.exception("could not record the end of pass %s", seq)
+        # (an interrupt right after the row was committed, before start_pass returned: the store knows it)
+        _abandon(rt, seq if seq is not None else rt.store.started_pass, e, result)
         raise
     finally:
         rt.unlock()
-    if not dry_run:
-        # after the pass lock is released: a slow or unreachable destination holds up no pass or watcher
-        result.relay = _relay(rt, result)
-        _lap("relay", lap)
-    if result.degraded or any(o.status in ("failed", "partial") and not _fell_back(o, result) for o in result.outcomes):
-        if result.status == "ok":
-            result.status = "partial"
-    result.tokens_used = rt.store.tokens_used_total() - used_before
-    result.tokens_left = rt.bucket().tokens
-    result.duration_s = time.perf_counter() - t0
-    if seq is not None:
-        rt.store.finish_pass(seq, result.status, {
-            "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
-            "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
+    try:
+        if not dry_run:
+            # after the pass lock is released: a slow or unreachable destination holds up no pass or watcher
+            result.relay = _relay(rt, result)
+            _lap("relay", lap)
+        if result.degraded or any(o.status in ("failed", "partial") and not _fell_back(o, result)
+                                  for o in result.outcomes):
+            if result.status == "ok":
+                result.status = "partial"
+        result.tokens_used = rt.store.tokens_used_total() - used_before
+        result.tokens_left = rt.bucket().tokens
+        result.duration_s = time.perf_counter() - t0
+        if seq is not None:
+            rt.store.finish_pass(seq, result.status, {
+                "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
+                "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
+    except BaseException as e:  # interrupted while relaying or recording the end: not "running" for good
+        _abandon(rt, seq, e, result)
+        raise
     result.pruned = prune_in_pass(rt, seq).get("rows", {})  # what the retention lets go, in its time budget
     log.info("pass%s: ended %s in %.1f ms, %d tokens used, %.1f left", f" {seq}" if seq is not None else "", result.status,
              result.duration_s * 1000, result.tokens_used, result.tokens_left)
     return result
+
+
+def _abandon(rt: Runtime, seq: int | None, e: BaseException, result: PassResult) -> None:
+    """Record the end of a pass that an error or an interrupt stopped (the row of a pass already finished is
+    left as it is); a store that fails here leaves the row to the next pass, which closes it as abandoned."""
+    if seq is None:
+        return
+    try:
+        rt.store.finish_pass(seq, "failed" if isinstance(e, Exception) else "interrupted",
+                             {"error": f"{type(e).__name__}: {e}"[:500],
+                              "outcomes": [o.to_dict() for o in result.outcomes]}, rt.now(), only_running=True)
+    except Exception:
+        log.exception("could not record the end of pass %s", seq)
 
 
 def _lap(phase: str, since: float) -> float:

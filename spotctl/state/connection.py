@@ -101,6 +101,9 @@ class StoreBase:
         #: True when this open read every page (the last user had not closed the database)
         self.full_checked = False
         self._deferred_checkpoints = False  # defer_checkpoints(): commits leave the log to checkpoint()
+        #: the pass row the last ``start_pass`` wrote (set inside its transaction: an interrupt before it
+        #: returns still leaves the caller the row to close)
+        self.started_pass: int | None = None
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:

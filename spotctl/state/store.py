@@ -369,13 +369,15 @@ class Store(AuditLog, RegionLock, Memory, Prune):
         pass left ``running`` (killed, or failed without finishing) is closed as ``abandoned``."""
         with self.tx() as c:
             c.execute("UPDATE passes SET status='abandoned', finished_at=? WHERE status='running'", (at,))
-            return inserted(c.execute("INSERT INTO passes (started_at, actor, status) VALUES (?,?,?)",
-                                      (at, actor, "running")))
+            self.started_pass = inserted(c.execute("INSERT INTO passes (started_at, actor, status) VALUES (?,?,?)",
+                                                   (at, actor, "running")))  # known even if interrupted now
+            return self.started_pass
 
-    def finish_pass(self, seq: int, status: str, summary: dict, at: float) -> None:
+    def finish_pass(self, seq: int, status: str, summary: dict, at: float, *, only_running: bool = False) -> None:
+        """The end of a pass; ``only_running``: unless it has one already (an interrupt after the end)."""
         with self.tx() as c:
-            c.execute("UPDATE passes SET finished_at=?, status=?, summary=? WHERE seq=?",
-                      (at, status, canonical(summary), seq))
+            c.execute("UPDATE passes SET finished_at=?, status=?, summary=? WHERE seq=?"
+                      + (" AND status='running'" if only_running else ""), (at, status, canonical(summary), seq))
             c.execute("DELETE FROM passes WHERE seq <= (SELECT max(seq) - 2000 FROM passes)")
 
     def last_pass(self) -> dict | None:

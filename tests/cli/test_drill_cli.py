@@ -67,7 +67,7 @@ def test_drill_guardrails_from_the_cli(cli, clock):
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = (("plan",), ("reconcile",), ("status",))  # what `make demo` runs (Makefile), in this order
-TOUR = ("exercise-reclaim", "--pool", "gp-rsv-az2", "--count", "2", "--yes")  # the README tour's drill
+TOUR = ("exercise-reclaim", "--pool", "gp-rsv-az2", "--count", "4", "--yes")  # the README tour's drill
 READY = "2026-03-02 10:01:30Z"  # the demo's first VMs: launched at 10:00:00, 90 s to boot
 
 
@@ -104,11 +104,11 @@ def test_the_tour_drill_works_right_after_the_demo_and_its_report_reads(cli, clo
     demo(cli)
     r = cli("-o", "json", *TOUR)
     assert r.code == 0, r.stderr
-    assert f"waiting for pool gp-rsv-az2's nodes to boot: 0 of 2 active, 24 booting; expected active at {READY}" \
+    assert f"waiting for pool gp-rsv-az2's nodes to boot: 0 of 4 active, 24 booting; expected active at {READY}" \
         in r.stderr
     assert "spotctl: observed:" not in r.stderr  # off a terminal, the passes' own lines only with -v
     rep = r.json["data"]
-    assert rep["status"] == "done" and rep["score"] == 100.0 and (rep["passed"], rep["checks"]) == (10, 10)
+    assert rep["status"] == "done" and rep["score"] == 100.0 and (rep["passed"], rep["checks"]) == (20, 20)
     assert rep["started_at"] >= 1772445690  # 10:01:30, once the victims were active
     for v in rep["victims"]:
         assert [c["name"] for c in v["checks"]] == list(CHECKS)
@@ -131,7 +131,7 @@ def test_without_waiting_the_refusal_says_when_the_nodes_will_be_ready(cli, cloc
     r = cli("-o", "json", *TOUR, "--wait-ready", "0")
     assert r.code == 6
     (err,) = r.json["errors"]
-    assert err["message"].startswith("pool gp-rsv-az2 has 0 active nodes without a notice; asked for 2; "
+    assert err["message"].startswith("pool gp-rsv-az2 has 0 active nodes without a notice; asked for 4; "
                                      f"24 more are booting: enough of them are expected active at {READY} (in 90 s")
     assert "--wait-ready 120" in err["hint"] and f"`spotctl reconcile` after {READY}" in err["hint"]
     # a wait too short for them refuses at once, the same way; nothing waited, nothing reclaimed
@@ -196,5 +196,5 @@ def test_exercise_reclaim_help_says_the_guardrails_and_gives_examples(cli):
     text = " ".join(r.stdout.split())
     for needed in ("policy.drill_max_pool_pct", "120 s", "One drill at a time per region", "abort DRILL",
                    "ends the drill aborted", "--wait-ready", "policy.drill_min_served_pct",
-                   "Example: spotctl exercise-reclaim --pool gp-rsv-az2 --count 2 --yes", "--dry-run"):
+                   "Example: spotctl exercise-reclaim --pool gp-rsv-az2 --count 4 --yes", "--dry-run"):
         assert needed in text, needed

@@ -129,3 +129,54 @@ def test_a_signal_anywhere_in_a_simulate_leaves_nothing_behind(tmp_path, signame
     assert err.strip().splitlines()[-1] == line and "Traceback" not in err
     assert not list((tmp_path / "tmp").glob("spotctl-*")), "a temp directory was left behind"
     assert not (tmp_path / "state" / "demo.db").exists(), "simulate touched the region's own state"
+
+
+@pytest.mark.parametrize("signame", SIGNALS)
+def test_a_signal_while_the_pass_relays_leaves_no_pass_running(tmp_path, signame):
+    """The relay runs after the region lock is released, before the pass records its end: a pass stopped
+    there (an audit service that accepts the connection and never answers) ends ``interrupted``, not
+    ``running`` for good."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    env = _env(tmp_path)
+    (tmp_path / "audit.token").write_text("test-token\n")
+    (tmp_path / "audit.token").chmod(0o600)
+    with open(tmp_path / "config.toml", "a") as f:
+        f.write(f'[regions.demo.audit]\nurl = "http://127.0.0.1:{port}/records"\ntimeout_seconds = 60\n'
+                f'token_file = "{tmp_path / "audit.token"}"\n')
+    sig, want, line = SIGNALS[signame]
+    proc = subprocess.Popen([str(BIN / "spotctl"), "-o", "json", "reconcile"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    held = []
+    try:
+        server.settimeout(60)
+        while True:
+            conn, _ = server.accept()
+            request = conn.recv(65536)
+            if request.startswith(b"GET"):  # a new state database: does the service hold earlier records?
+                body = b'{"records": [], "next_after": null}'
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+                conn.close()
+                continue
+            held.append(conn)  # the relay's POST of a batch, after the pass released the lock: never answered
+            break
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        for conn in held:
+            conn.close()
+        server.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == want and err.strip().splitlines()[-1] == line, err[-1000:]
+    c = sqlite3.connect(tmp_path / "state" / "demo.db")
+    try:
+        rows = c.execute("select status from passes").fetchall()
+    finally:
+        c.close()
+    assert rows == [("interrupted",)], (rows, err[-1500:])

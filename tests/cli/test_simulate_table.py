@@ -18,7 +18,7 @@ def test_simulate_table_golden(cli, monkeypatch):
     monkeypatch.setattr("spotctl.ops.simulate.time", SimpleNamespace(perf_counter=lambda: 100.0))
     r = cli("-o", "table", "simulate", "--hours", "6", "--seed", "3", env=ENV)
     assert r.code == 0, r.stderr
-    assert "196 of 200 servable (98.0 %)" in r.stdout and "8 of 208 arrived (3.9 %)" in r.stdout
+    assert "200 of 200 servable (100.0 %)" in r.stdout and "8 of 208 arrived (3.9 %)" in r.stdout
     assert "calendar notices" in r.stdout
     assert_golden("simulate", r.stdout)
 

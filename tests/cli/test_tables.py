@@ -79,7 +79,8 @@ def test_status_counts_nodes_and_lists_them_only_with_nodes(cli, clock):
     assert len(ids) == 32
     summary = table(cli, "status")
     assert not any(i in summary for i in ids)
-    assert "nodes: 32 live (active 15, advised 9, building 8); `spotctl status --nodes` lists them" in summary
+    # (the reservation on gp-rsv-az2-hv01 is 76 minutes away: its nodes take work until an hour before)
+    assert "nodes: 32 live (active 24, building 8); `spotctl status --nodes` lists them" in summary
     listed = table(cli, "status", "--nodes")
     rows = [line for line in listed.splitlines() if line.startswith("│ spot-")]
     assert sorted(r.split("│")[1].strip() for r in rows) == sorted(ids)  # one row each, ids never cut
@@ -107,27 +108,32 @@ def test_every_price_has_four_decimals_and_its_currency_in_the_header(cli, clock
 
 def test_status_and_plan_say_why_nodes_are_advised(cli, clock):
     first_pass(cli, clock)
-    # the plan made after the first pass: the reservation appeared, the nodes on its host are advised
+    # the reservation (announced at once) takes the host at 19:18:44; its nodes take work until an hour
+    # before (calendar_advisory_seconds), then the plan advises them
+    plan = cli("-o", "json", "plan", "--explain").json["data"]
+    assert not [a for a in plan["actions"] if a["kind"] == "cordon"]
+    clock.tick(17 * 60)  # the reservation is 59 minutes away
     plan = cli("-o", "json", "plan", "--explain").json["data"]
     cordons = [a for a in plan["actions"] if a["kind"] == "cordon"]
-    assert len(cordons) == 9 and all("gp-rsv-az2-hv01" in a["reason"] for a in cordons)
+    n = len(cordons)
+    assert n >= 9 and all("gp-rsv-az2-hv01" in a["reason"] for a in cordons)
     (line,) = [e for e in plan["explain"] if " on host " in e]
-    assert line.startswith("gp-rsv-az2: 9 nodes on host gp-rsv-az2-hv01 advised")
-    assert "the host is taken back at 2026-03-03 19:18:44Z (in 76m)" in line
+    assert line.startswith(f"gp-rsv-az2: {n} nodes on host gp-rsv-az2-hv01 advised")
+    assert "the host is taken back at 2026-03-03 19:18:44Z (in 59m)" in line
     assert cli("-o", "json", "reconcile").code == 0
     data = cli("-o", "json", "status").json["data"]
-    advised = [n for n in data["nodes"] if n["state"] == "advised"]
-    assert len(advised) == 9 and {n["host"] for n in advised} == {"gp-rsv-az2-hv01"}
-    assert all(n["notice"]["kind"] == "calendar" and n["notice"]["deadline"] for n in advised)
+    advised = [x for x in data["nodes"] if x["state"] == "advised"]
+    assert len(advised) == n and {x["host"] for x in advised} == {"gp-rsv-az2-hv01"}
+    assert all(x["notice"]["kind"] == "calendar" and x["notice"]["deadline"] for x in advised)
     (group,) = data["advised_or_leaving"]
-    assert (group["pool"], group["state"], group["count"], group["host"]) == ("gp-rsv-az2", "advised", 9,
+    assert (group["pool"], group["state"], group["count"], group["host"]) == ("gp-rsv-az2", "advised", n,
                                                                                "gp-rsv-az2-hv01")
     assert group["drain_from"] == group["notice"]["deadline"] - 720
     out = table(cli, "status")
-    assert "host reserved from 2026-03-03 19:18:44Z (in 76m), says the" in out
+    assert "host reserved from 2026-03-03 19:18:44Z (in 59m), says the" in out
     listed = table(cli, "status", "--nodes")
-    rows = [line for line in listed.splitlines() if line.startswith("│ spot-") and "│ advised " in line]
-    assert len(rows) == 9 and len(set(re.findall(r"ntc-\d+", listed))) == 9  # each its own notice
+    rows = [x for x in listed.splitlines() if x.startswith("│ spot-") and "│ advised " in x]
+    assert len(rows) == n and len(set(re.findall(r"ntc-\d+", listed))) == n  # each its own notice
 
 
 def feed_down(monkeypatch, what="notices"):

@@ -127,3 +127,15 @@ def test_room_on_a_node_whose_host_is_reserved_serves_only_work_that_ends_in_tim
 
     assert launches(600) == 0
     assert launches(3600) == 1
+
+
+def test_a_reclaim_announced_long_ahead_does_not_hide_a_sooner_advisory():
+    """A node's notice is the one to act on soonest: an advisory now (a surge) wins over a reservation
+    announced for tomorrow (acted on an hour before it), whichever came first."""
+    n = node(1, pool_name="risky")
+    tomorrow = Notice(id="cal1", instance_id="i1", kind=NoticeKind.CALENDAR, issued_at=NOW - 600,
+                      deadline=NOW + 20 * 3600, reason="reservation r9 takes the host")
+    surge = Notice(id="adv2", instance_id="i1", kind=NoticeKind.ADVISORY, issued_at=NOW, deadline=None, reason="surge")
+    assert kinds(world(n, [tomorrow])) == []  # too early: the node takes work
+    p = world(n, [tomorrow, surge])
+    assert kinds(p) == [("cordon", "risky", "reclaim")] and "adv2" in p.actions[0].reason

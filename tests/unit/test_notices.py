@@ -10,6 +10,7 @@ from spotctl.core.lifecycle import DRAINABLE, cordonable, drainable, drainable_s
 from spotctl.core.models import NodeState as S
 from spotctl.core.models import Notice, NoticeKind
 from spotctl.core.notices import calendar_notice, decide_notice, node_protection
+from spotctl.core.timefmt import iso
 
 NOW = 1_800_000_000.0
 POL = Policy(advisory_prespin_seconds=300, advisory_drain_seconds=900, advisory_timeout_seconds=3600,
@@ -71,7 +72,20 @@ def test_an_advisory_with_a_deadline_runs_its_stages_back_from_it():
     d = decide_notice(cal, S.ADVISED, NOW, POL, cordoned=True, running=1)
     assert (d.kind, d.deadline) == ("drain", NOW + 660) and d.reason.endswith("reclaim in 660s")
     assert decide_notice(advisory(deadline=NOW + 1500), S.ADVISED, NOW, POL, cordoned=True, running=1).replace
-    assert decide_notice(advisory(deadline=NOW + 5000), S.ACTIVE, NOW, POL).kind == "cordon"
+    assert decide_notice(advisory(deadline=NOW + 3000), S.ACTIVE, NOW, POL).kind == "cordon"
+
+
+def test_an_advisory_announced_long_ahead_leaves_the_node_working_until_it_is_due():
+    """A reclaim announced hours ahead (a reservation booked for the afternoon) is acted on from
+    calendar_advisory_seconds before it, as our own calendar advisories are: until then the node takes
+    work; a node cordoned for it too early (by an older spotctl) takes work again."""
+    early = advisory(deadline=NOW + 13 * 3600, kind=NoticeKind.CALENDAR)
+    d = decide_notice(early, S.ACTIVE, NOW, POL)
+    assert d.kind is None and not d.leaving and "takes work until" in d.reason
+    assert iso(NOW + 13 * 3600 - 3600, sep=" ") in d.reason
+    undo = decide_notice(early, S.ADVISED, NOW, POL, cordoned=True, cordoned_by_us=True)
+    assert (undo.kind, undo.priority) == ("uncordon", Priority.OPERATOR) and "not due before" in undo.reason
+    assert decide_notice(early, S.ACTIVE, NOW + 12 * 3600 + 1, POL).kind == "cordon"  # an hour ahead: due
 
 
 def test_a_booting_node_is_cordoned_only_once_a_scheduler_knows_it():

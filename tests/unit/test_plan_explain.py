@@ -74,7 +74,7 @@ def test_a_launch_into_a_pool_the_calendar_shrinks_says_so():
 
 
 def test_why_a_node_is_advised_is_explained_with_its_host_and_deadline():
-    deadline = NOW + 17 * 3600
+    deadline = NOW + 50 * 60  # within the hour before it (calendar_advisory_seconds): advised
     cal = Notice(id="ntc-1", instance_id="i1", kind=NoticeKind.CALENDAR, issued_at=NOW - 60, deadline=deadline,
                  reason="reservation r1 takes host p1-h0")
     n1 = replace(node(1), host="p1-h0")
@@ -85,8 +85,8 @@ def test_why_a_node_is_advised_is_explained_with_its_host_and_deadline():
     (line,) = [e for e in p.explain if " on host " in e]
     assert line.startswith("p1: 2 nodes on host p1-h0 advised (cordoned: no new work) for the provider's "
                            "calendar notices (reservation r1 takes host p1-h0)")
-    assert "the host is taken back at 2027-01-16 01:00:00Z (in 17h00m)" in line
-    assert "drained from 2027-01-16 00:48:00Z" in line  # drain_seconds + advisory_drain_margin_seconds before
+    assert "the host is taken back at 2027-01-15 08:50:00Z (in 50m)" in line
+    assert "drained from 2027-01-15 08:38:00Z" in line  # drain_seconds + advisory_drain_margin_seconds before
 
 
 def test_the_calendar_advisory_of_our_own_calendar_is_explained_too():
