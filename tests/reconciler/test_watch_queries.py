@@ -26,6 +26,22 @@ def plans(store, statements: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def _hard_notice_traced(rt, notice_id: str):
+    """A hard notice for an active node, handled by the watcher's fast path with every SQL statement traced:
+    (the node, the watcher's event, the statements)."""
+    node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
+    now = rt.clock.now()
+    notice = Notice(id=notice_id, instance_id=node.instance_id, kind=NoticeKind.HARD, issued_at=now,
+                    deadline=now + 150, reason="reclaim", pool=node.pool, delivered_at=now + 0.2)
+    statements: list[str] = []
+    rt.store.conn.set_trace_callback(statements.append)
+    try:
+        ev = fast.handle(rt, notice, now, threading.Event())
+    finally:
+        rt.store.conn.set_trace_callback(None)
+    return node, ev, statements
+
+
 def test_node_by_instance_uses_the_instance_index(make_rt):
     rt, world = make_rt()
     advance(rt, world, 300, step=60)
@@ -44,16 +60,7 @@ def test_node_by_instance_uses_the_instance_index(make_rt):
 def test_a_notice_handled_by_the_watcher_scans_no_table_that_grows(make_rt):
     rt, world = make_rt()
     advance(rt, world, 900, step=60)  # nodes up, busy, with transitions and events behind them
-    node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
-    now = rt.clock.now()
-    notice = Notice(id="q-1", instance_id=node.instance_id, kind=NoticeKind.HARD, issued_at=now, deadline=now + 150,
-                    reason="reclaim", pool=node.pool, delivered_at=now + 0.2)
-    statements: list[str] = []
-    rt.store.conn.set_trace_callback(statements.append)
-    try:
-        ev = fast.handle(rt, notice, now, threading.Event())
-    finally:
-        rt.store.conn.set_trace_callback(None)
+    node, ev, statements = _hard_notice_traced(rt, "q-1")
     assert ev["action"] == "drain" and ev["status"] == "ok"
     assert rt.store.node(node.id).state is NodeState.DRAINING
     found = plans(rt.store, statements)
@@ -89,16 +96,7 @@ def test_the_watcher_copies_the_log_after_the_drains_are_accepted_not_inside_a_c
     batch's drains are accepted, after its last commit; the log is then copied into the database."""
     rt, world = make_rt()
     advance(rt, world, 600, step=60)
-    node = next(n for n in rt.store.nodes(live_only=True) if n.state is NodeState.ACTIVE)
-    now = rt.clock.now()
-    notice = Notice(id="c-1", instance_id=node.instance_id, kind=NoticeKind.HARD, issued_at=now, deadline=now + 150,
-                    reason="reclaim", pool=node.pool, delivered_at=now + 0.2)
-    statements: list[str] = []
-    rt.store.conn.set_trace_callback(statements.append)
-    try:
-        ev = fast.handle(rt, notice, now, threading.Event())
-    finally:
-        rt.store.conn.set_trace_callback(None)
+    _, ev, statements = _hard_notice_traced(rt, "c-1")
     assert ev["action"] == "drain" and ev["status"] == "ok"
     assert rt.store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
     commits = [i for i, s in enumerate(statements) if s.strip().upper() == "COMMIT"]
