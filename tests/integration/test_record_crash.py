@@ -104,7 +104,10 @@ def test_sigkill_at_random_points_loses_and_doubles_nothing(tmp_path):
         for name in names:
             _check(name, env, tmp_path, bootstrap, receiver, totals, risky[name])
         print(f"crash harness: checked {totals}")
-        assert totals["audit"] > 100 and totals["events"] > 100
+        # the harness did enough to mean something: records and events to lose or double. How many the regions
+        # make varies with the seed and the time of day (the simulator's arrivals swing +-50 % over the UTC day,
+        # lowest at 02:00): 72-86 audit records at night, over 100 by day, never near nothing
+        assert totals["audit"] >= 50 and totals["events"] >= 50, totals
     finally:
         receiver.stop()
 
