@@ -60,16 +60,6 @@ class ClassList:
         dv, dr, dg, de = self.dims
         m1v, m1r, m1g, m1e, m2v, m2r, m2g, m2e, m3v, m3r, m3g, m3e = self.flat
         n = len(dv)
-        if 0 < n <= _B2:  # one block of _B2 (and of _B3): its minima are the list's
-            if m2v[0] > v or m2r[0] > r or m2g[0] > g or m2e[0] > w:
-                return n
-            for b in range(i // _B1, (n - 1) // _B1 + 1):  # blocks of _B1
-                if m1v[b] > v or m1r[b] > r or m1g[b] > g or m1e[b] > w:
-                    continue
-                for k in range(max(i, b * _B1), min((b + 1) * _B1, n)):
-                    if dv[k] <= v and dr[k] <= r and dg[k] <= g and de[k] <= w:
-                        return k
-            return n
         while i < n:  # blocks of _B3
             b = i // _B3
             if m3v[b] > v or m3r[b] > r or m3g[b] > g or m3e[b] > w:
