@@ -10,6 +10,7 @@ targets as PASS/FAIL with the baseline measured in the same run:
               app generated from spotctl's command tree (benchmarks/cli_shape.py);
               `spotctl status` on the demo region <= 1.5x the bare app's `status`
   plan_demo   `spotctl plan -o json` on the demo region <= 0.5 s (first call and median)
+  identity    `spotctl status` with a cached, valid token <= 1.1x without [identity]
   passes      reconcile pass at 2k/20k, 20k/200k, 100k/1M nodes/pending, on a fresh DB
               and one aged by 30 simulated days; first (adopting) pass; growth; RSS
   planner     the planner alone, 100 pools x 10k units and 1,000 x 100k, usual mix
@@ -167,6 +168,8 @@ SECTIONS: dict[str, tuple[str, object]] = {
     "cli": ("CLI start and `spotctl status` vs a bare Typer app of spotctl's shape",
             lambda quick: bench_cli_start(5 if quick else 15)["rows"] + bench_cli_status(5 if quick else 15)["rows"]),
     "plan_demo": ("`spotctl plan -o json` on the demo region", lambda quick: bench_plan_demo(5 if quick else 15)),
+    "identity": ("`spotctl status` logged in (cached token) vs without identity (benchmarks/identity.py)",
+                 lambda quick: _module("identity").bench(quick)),
     "passes": ("reconcile passes, fresh and aged 30 days, first and steady (benchmarks/passes.py)",
                lambda quick: _module("passes").bench(quick)),
     "planner": ("the planner alone, usual mix and every unit distinct (benchmarks/planner.py)",

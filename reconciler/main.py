@@ -20,6 +20,29 @@ from spotctl.core.errors import ExitCode, SpotctlError
 log = logging.getLogger("spot-reconciler")
 
 
+def service_login(config, region_name: str | None, verb: str):
+    """The reconciler's service account, where the region has ``[identity]``: a client-credentials token
+    (cached; renewed with the secret from ``service_secret_file``, systemd's ``LoadCredential=`` or
+    ``$SPOTCTL_CLIENT_SECRET``), checked, and its roles allowing ``verb``. None without ``[identity]``."""
+    from spotctl.core.identity import Forbidden, IdentitySettings, authorize
+    from spotctl.ops.identity import service_identity, service_secret
+    from spotctl.wiring import identity_port
+
+    region = config.region(region_name)
+    settings = IdentitySettings.of(region.section("identity"))
+    if settings is None:
+        return None
+    ident = service_identity(identity_port(region), settings, region.name, time.time(), service_secret(settings))
+    try:
+        authorize(verb, ident, settings.roles)
+    except Forbidden as refusal:  # audited, as the CLI's refusals are
+        from spotctl.wiring import audit_refusal
+
+        audit_refusal(config, region, refusal)
+        raise
+    return ident
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         d = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name,
@@ -111,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(env=env, host=True, flags={"default_region": args.region, "state_dir": args.state_dir})
         if not args.verbose:  # -v/-vv win; else the configured log_level (SPOTCTL_LOG_LEVEL)
             logging.getLogger().setLevel(config.log_level.upper())
-        rt = build_runtime(config, args.region, actor=f"spot-reconciler@{socket.gethostname()}",
-                           progress=lambda m: log.info("%s", m))
+        identity = service_login(config, args.region, "watch" if args.mode == "watch" else "reconcile")
+        actor = str(identity.actor) if identity is not None else f"spot-reconciler@{socket.gethostname()}"
+        rt = build_runtime(config, args.region, actor=actor, progress=lambda m: log.info("%s", m), identity=identity)
         try:
             if args.mode == "watch":
                 return run_watch(rt, args.wait)

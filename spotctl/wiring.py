@@ -37,7 +37,7 @@ def state_path(config: Config, region: str) -> Path:
 
 
 def build_runtime(config: Config, region_name: str | None = None, *, clock: Clock | None = None,
-                  actor: str | None = None, progress=None):
+                  actor: str | None = None, progress=None, identity=None):
     from spotctl.ops.relay import queued_kinds
     from spotctl.ops.runtime import Runtime, os_actor
     from spotctl.state.store import Store
@@ -56,15 +56,65 @@ def build_runtime(config: Config, region_name: str | None = None, *, clock: Cloc
         raise
     rt = Runtime(region=region, store=store, cloud=cloud, contract=contract, schedulers=schedulers, clock=clock,
                  actor=actor or region.actor or os_actor(), concurrent_observe=concurrent, backend=region.backend,
-                 simulation=world)
+                 simulation=world, identity=identity)
+    if identity is not None:  # its events name who caused them (CloudEvents extension attributes)
+        store.event_actor = identity.actor
     if progress:
         rt.progress = progress
     try:
         rt.outlets = outlets(region)  # the outbox relay's destinations (spotctl.ops.relay)
+        if identity is not None:
+            _use_identity_token((region, identity), contract, *rt.outlets.values())
     except BaseException:
         store.close()
         raise
     return rt
+
+
+def _use_identity_token(of: tuple, *clients) -> None:
+    """The clients whose table says ``identity_token = true`` (``[audit]``, ``[contract]``) authenticate with
+    the identity's bearer token, renewed as it expires."""
+    from spotctl.core.identity import Bearer, IdentitySettings
+    from spotctl.ops.identity import renewer
+
+    region, identity = of
+    names = {"AuditClient": "audit", "ContractFeed": "contract"}
+    wanted = [c for c in clients if (region.section(names.get(type(c).__name__, "")) or {}).get("identity_token")]
+    if not wanted:
+        return
+    settings = IdentitySettings.of(region.section("identity"))
+    assert settings is not None
+    bearer = Bearer(identity, renewer(identity_port(region), settings, region.name))
+    for c in wanted:
+        c.use_bearer(bearer)
+
+
+def audit_refusal(config: Config, region: RegionConfig, refusal) -> None:
+    """A refused command (``core.identity.Forbidden``) as an audit record of the region, before the refusal
+    is reported: nothing else is written."""
+    import time
+
+    from spotctl.ops.identity import record_refusal
+    from spotctl.ops.relay import queued_kinds
+    from spotctl.state.store import Store
+
+    store = Store.open(state_path(config, region.name), region.name, outbox_kinds=queued_kinds(region))
+    try:
+        record_refusal(store, refusal, time.time())
+    finally:
+        store.close()
+
+
+def identity_port(region: RegionConfig):
+    """The region's Keycloak realm (``[regions.R.identity]``), or None when it has none."""
+    from spotctl.core.identity import IdentitySettings
+
+    settings = IdentitySettings.of(region.section("identity"))
+    if settings is None:
+        return None
+    from spotctl.adapters.keycloak import KeycloakIdentity, cache_dir
+
+    return KeycloakIdentity.from_settings(settings, cache_dir())
 
 
 def outlets(region: RegionConfig) -> dict:

@@ -22,7 +22,7 @@ freezegun.configure(extend_ignore_list=["kubernetes"])
 REQUIRE_SERVICES = os.environ.get("SPOTCTL_REQUIRE_SERVICES") == "1"
 
 #: Harness variables, not spotctl settings: never stripped from a test's environment.
-HARNESS_VARS = ("SPOTCTL_REQUIRE_SERVICES", "SPOTCTL_KAFKA_PORT", "SPOTCTL_K8S_PORT",
+HARNESS_VARS = ("SPOTCTL_REQUIRE_SERVICES", "SPOTCTL_KAFKA_PORT", "SPOTCTL_K8S_PORT", "SPOTCTL_OIDC_PORT",
                 "SPOTCTL_UPDATE_GOLDEN")  # tests/cli/goldens.py: rewrite the golden files
 HARNESS_PREFIXES = ("SPOTCTL_TESTENV_",)
 
@@ -39,6 +39,7 @@ def isolated_env(tmp_path, monkeypatch):
             monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the identity cache (tokens, JWKS)
     monkeypatch.setenv("SPOTCTL_SYSTEM_CONFIG", str(tmp_path / "etc-spotctl.toml"))
     yield
 

@@ -189,7 +189,7 @@ def guide_reference() -> dict[tuple[str, ...], dict[str, list[str]]]:
         if current is None or not line.lstrip().startswith("|"):
             continue
         cells = _cells(line)
-        key = re.fullmatch(r"`([A-Za-z0-9_.]+)`", cells[0])
+        key = re.fullmatch(r"`([A-Za-z0-9_.]+|\*)`", cells[0])  # `*`: any name (a role of [identity.roles])
         if not key:
             continue  # the header row and the separator
         assert len(cells) == 4, f"operator guide [{'.'.join(current)}] row {cells[0]}: want 4 columns, got {cells}"

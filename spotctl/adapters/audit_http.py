@@ -42,7 +42,7 @@ QUEUED = "the records stay queued in the outbox; the next pass sends them again"
 class AuditClient:
     """Talks to one audit log service; implements ``spotctl.ops.relay.Outlet``."""
 
-    def __init__(self, url: str, token: str | SecretFile, *, timeout_seconds: float = 5.0,
+    def __init__(self, url: str, token: str | SecretFile | None, *, timeout_seconds: float = 5.0,
                  ca_file: str | None = None, batch_size: int = 200):
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"audit: url must start with http:// or https://, got {url!r}")
@@ -58,6 +58,11 @@ class AuditClient:
     def __repr__(self) -> str:  # never shows the token
         return f"AuditClient({self.url!r})"
 
+    def use_bearer(self, bearer) -> None:
+        """Authenticate with the identity's token (``identity_token = true``: the reconciler's service
+        account, or the operator who runs the command), renewed as it expires."""
+        self._token = bearer
+
     @classmethod
     def from_config(cls, region: RegionConfig) -> "AuditClient":
         t = region.section("audit") or {}
@@ -67,8 +72,8 @@ class AuditClient:
         if t.get("token_file"):
             token = SecretFile(t["token_file"], setting=f"regions.{region.name}.audit.token_file")
             token.value()  # a missing or empty file is a ConfigError now, not at the first delivery
-        if not token:
-            raise ConfigError(f"region {region.name!r}: [audit] needs token_file (or token)")
+        if not token and not t.get("identity_token"):
+            raise ConfigError(f"region {region.name!r}: [audit] needs token_file (or token, or identity_token = true)")
         return cls(t["url"], token, timeout_seconds=t.get("timeout_seconds", 5.0), ca_file=t.get("ca_file"),
                    batch_size=t.get("batch_size", 200))
 

@@ -84,6 +84,10 @@ class ContractFeed:
             raise ConfigError(f"{where}.timeout_seconds must be > 0")
         return cls(sec["url"], token=token, timeout=timeout)
 
+    def use_bearer(self, bearer) -> None:
+        """Authenticate with the identity's token (``identity_token = true``), renewed as it expires."""
+        self._token = bearer
+
     def __repr__(self) -> str:  # never shows the token
         return f"<ContractFeed {self.url}>"
 

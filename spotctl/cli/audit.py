@@ -38,7 +38,9 @@ def _check_since(value: str | None) -> str | None:
 Since = Annotated[Optional[str], typer.Option(
     "--since", callback=_check_since, help="Only records from this time: a duration ago (30m, 2h, 7d), ISO 8601 or epoch seconds.",
     show_default=False)]
-Actor = Annotated[Optional[str], typer.Option("--actor", help="Only records by this actor.", show_default=False)]
+Actor = Annotated[Optional[str], typer.Option("--actor", help=(
+    "Only records by this actor: its whole name as listed, or an OIDC identity's preferred_username, sub or "
+    "client id."), show_default=False)]
 Action = Annotated[Optional[str], typer.Option(
     "--action", help="Only this action (node.launch); a trailing * matches a prefix (node.*).", show_default=False)]
 NodeOpt = Annotated[Optional[str], typer.Option("--node", help="Only records about this node.", show_default=False)]

@@ -12,6 +12,7 @@ import typer
 
 if TYPE_CHECKING:  # imported where they are built, so that --help stays fast
     from spotctl.core.config import Config
+    from spotctl.core.identity import Identity
     from spotctl.ops.runtime import Runtime
 
 
@@ -27,6 +28,8 @@ class AppState:
     command: str = ""
     _config: Config | None = None
     _runtime: Runtime | None = None
+    identity: Identity | None = None  # who runs the command, when the region has [identity] (issue 15)
+    _authorized: str | None = None  # the region whose identity was checked
     cleanups: list[Callable[[], object]] = field(default_factory=list)
 
     def setup_logging(self, configured: str | None = None) -> None:
@@ -66,7 +69,45 @@ class AppState:
             self._config = load_config(env=env, host=True, flags={"default_region": self.region, "state_dir": self.state_dir,
                                                       "output": self.output})
             self.setup_logging(self._config.log_level)
+            self.authorize()
         return self._config
+
+    def authorize(self) -> None:
+        """Before a command does anything to a region with ``[identity]``: who runs it (the cached login,
+        checked and refreshed), and whether their roles allow the command. Not logged in where a login is
+        required: exit 4. A role missing: exit 6 (``forbidden``), the refusal audited, nothing else done.
+        Without ``[identity]`` (the demo region) the actor is the OS user."""
+        from spotctl.core.identity import UNGATED, IdentitySettings
+
+        verb = self.command
+        if verb in UNGATED or verb in SELF_CHECKED or self._config is None:
+            return
+        region = self._config.region(self.region)
+        if self._authorized == region.name:
+            return
+        settings = IdentitySettings.of(region.section("identity"))
+        self._authorized = region.name
+        if settings is None:
+            return
+        import time
+
+        from spotctl.core.identity import Forbidden
+        from spotctl.ops.identity import require
+        from spotctl.wiring import identity_port
+
+        port = identity_port(region)
+        try:
+            self.identity = require(port, settings, region.name, time.time(), verb)
+        except Forbidden as refusal:
+            from spotctl.wiring import audit_refusal
+
+            audit_refusal(self._config, region, refusal)
+            raise
+
+    def actor(self) -> str | None:
+        """The actor of this command's records: the logged-in identity, else None (the region's ``actor``
+        or the OS user)."""
+        return str(self.identity.actor) if self.identity is not None else None
 
     def fmt(self) -> str:
         """table | json | yaml: flags > SPOTCTL_OUTPUT > config file > table on a TTY, JSON otherwise."""
@@ -85,7 +126,9 @@ class AppState:
 
             from .waiting import LockSpinner
 
-            self._runtime = build_runtime(self.config(), self.region, progress=self.progress)
+            config = self.config()
+            self._runtime = build_runtime(config, self.region, progress=self.progress, actor=self.actor(),
+                                          identity=self.identity)
             self._runtime.lock_wait = LockSpinner(self)  # a wait for the region lock shows on stderr
             self.cleanups.append(self._runtime.store.close)
         return self._runtime
@@ -97,6 +140,10 @@ class AppState:
     def close(self) -> None:
         while self.cleanups:
             self.cleanups.pop()()
+
+
+#: Commands that find out who is logged in themselves (and need no role for it).
+SELF_CHECKED = frozenset({"whoami", "config show"})
 
 
 def state(ctx: typer.Context) -> AppState:

@@ -164,6 +164,9 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "contract": ("contract", "contract_app", "The provider contract: is each of its five terms met, per pool?"),
     "config": ("config_cmd", "config_app", "Inspect the merged configuration."),
     "state": ("state_cmd", "state_app", "The region's state database: prune what its retention lets go, check it whole."),
+    "login": ("login", "login_app", "Log in to the region's Keycloak realm."),
+    "logout": ("login", "logout_app", "Log out of the region: revoke the cached sessions at Keycloak, delete the cache."),
+    "whoami": ("login", "whoami_app", "Show who you act as in the region: identity, realm and client roles, expiry."),
     "version": ("version", "app", "Print the spotctl version and the result format version."),
 }
 

@@ -105,6 +105,9 @@ def _table(console, d: dict, list_nodes: bool) -> None:
     for kind, q in d["outbox"].get("kinds", {}).items():
         console.print(f"outbox {OUTBOX_LABELS.get(kind, kind)}: {_queue(q)}")
     console.print(f"audit records: {d['audit_records']}")
+    idn = d["identity"]
+    console.print(f"identity: {idn['mode']}" + (" (not configured: actions are recorded as the OS user)"
+                                                if idn["mode"] == "none" else "") + f"; acting as {idn['actor']}")
     for dest, m in d.get("relay", {}).items():
         console.print(f"relay to {dest}: {m['mode']} producer (seen {ts(m['seen_at'])})")
     for src, msg in d["degraded"].items():

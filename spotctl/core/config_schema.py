@@ -126,14 +126,20 @@ _REGION_SCHEMA = {
         "ssl_certfile": _S, "ssl_keyfile": _S, "ssl_check_hostname": _B,
     },
     "audit": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout(),
-              "batch_size": _int(1, 1000), "ca_file": _S},
-    "contract": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout()},
+              "batch_size": _int(1, 1000), "ca_file": _S, "identity_token": _B},
+    "contract": {"url": _URL, "token": _TOKEN, "token_file": _S, "timeout_seconds": _timeout(),
+                 "identity_token": _B},
+    # Keycloak (issue 15): who may act on the region; roles -> the verbs they allow (spotctl.core.identity)
+    "identity": {"server_url": _URL, "realm": _str(check="name"), "client_id": _str(check="name"),
+                 "audience": _S, "required": _B, "ca_file": _S, "leeway_seconds": _int(0, 300),
+                 "service_client_id": _str(check="name"), "service_secret_file": _S, "timeout_seconds": _timeout(),
+                 "roles": {"*": _STRS}},
     "retention": {**{f"{t}_days": _num(0, 3660) for t in RETENTION_TABLES},
                   "plans_max": _int(1, 500), "plans_max_mib": _num(0, 1_048_576), "pass_budget_seconds": _num(0, 60)},
     # Integration sections: each real adapter reads its own table (see ADAPTER_SECTIONS).
     # A section present replaces that part of the simulator for this region.
 }
-ADAPTER_SECTIONS = ("openstack", "slurm", "kubernetes", "contract", "kafka", "audit")
+ADAPTER_SECTIONS = ("openstack", "slurm", "kubernetes", "contract", "kafka", "audit", "identity")
 
 #: What each adapter uses for a key its table leaves out, for ``spotctl config show`` (the adapters apply
 #: them; tests/unit/test_config_view.py checks these against the adapters' own defaults, and
@@ -152,8 +158,10 @@ SECTION_DEFAULTS: dict[str, dict[str, object]] = {
               "node_prefix": "spot-", "default_time_limit_seconds": 3600, "drain_via": "auto"},
     "kafka": {"max_wait_seconds": 10.0, "batch_size": 500, "transactions": True, "security_protocol": "PLAINTEXT",
               "ssl_check_hostname": True},
-    "audit": {"timeout_seconds": 5.0, "batch_size": 200},
-    "contract": {"timeout_seconds": 10.0},
+    "audit": {"timeout_seconds": 5.0, "batch_size": 200, "identity_token": False},
+    "contract": {"timeout_seconds": 10.0, "identity_token": False},
+    "identity": {"client_id": "spotctl", "required": True, "leeway_seconds": 30,
+                 "service_client_id": "spot-reconciler", "timeout_seconds": 10.0},
     "retention": RETENTION_DEFAULTS,  # not an adapter's: the typed view is config.Retention (spotctl.ops.prune)
 }
 OUTPUTS = ("auto", "table", "json", "yaml")

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .config import POOL_DEFAULTS, REGION_DEFAULTS, BudgetConfig, Config, Policy
+from .identity import DEFAULT_ROLES
 from .config_schema import ADAPTER_SECTIONS, SCHEMA, SECRET_PATTERN, SECTION_DEFAULTS, Key
 from .errors import NotFoundError
 
@@ -75,6 +76,7 @@ def absence(section: str, backend: str) -> str | None:
                      else "not set: no feed; pool prices, every pool under the no-notice policy"),
         "kafka": "not set: lifecycle events stay queued in the state database",
         "audit": "not set: audit records stay queued in the state database",
+        "identity": "not set: no login; the actor is the OS user (or the region's `actor`)",
     }[section]
 
 
@@ -136,7 +138,16 @@ class _Walk:
     def table(self, region: str, schema: Mapping[str, Any], data: Mapping[str, Any], path: tuple[str, ...],
               schema_path: tuple[str, ...]) -> None:
         for key, spec in schema.items():
-            if key == "*":
+            if key == "*" and isinstance(spec, Key):  # named values: [identity.roles], with its defaults
+                roles = path == ("identity", "roles") and f"regions.{region}.identity" not in self.absent
+                merged = {**(DEFAULT_ROLES if roles else {}), **data}
+                for entry in sorted(merged):
+                    if entry in data:
+                        self.add(".".join(("regions", region, *path, entry)), data[entry])
+                    else:
+                        self.out.append(Setting(".".join(("regions", region, *path, entry)), list(merged[entry]),
+                                                "default"))
+            elif key == "*":
                 for entry in sorted(data):
                     self.table(region, spec, data[entry] or {}, path + (entry,), schema_path + ("*",))
             elif isinstance(spec, Key):

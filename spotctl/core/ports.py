@@ -215,3 +215,38 @@ class Simulation(Protocol):
     def release(self) -> None:
         """The region lock is about to be released: read-only again (everything is saved already)."""
         ...
+
+
+class TokenStore(Protocol):
+    """Cached tokens per region and identity (``user``, ``client-ID``): private files, written atomically."""
+
+    def load(self, region: str, who: str) -> dict[str, Any] | None: ...
+
+    def save(self, region: str, who: str, doc: dict[str, Any]) -> Any: ...
+
+    def delete(self, region: str, who: str) -> bool: ...
+
+    def names(self, region: str) -> list[str]: ...
+
+
+class IdentityPort(Protocol):
+    """A region's OIDC provider (Keycloak): the OAuth flows, and a token's signature checked against the
+    realm's published keys (:mod:`spotctl.core.identity` then checks its claims). Remote."""
+
+    tokens: TokenStore
+
+    def verify(self, token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The header and claims of a token whose signature verifies (AuthError otherwise)."""
+        ...
+
+    def device_start(self) -> dict[str, Any]: ...
+
+    def device_poll(self, device_code: str) -> dict[str, Any] | str:
+        """The tokens, or ``authorization_pending`` / ``slow_down``."""
+        ...
+
+    def client_credentials(self, client_id: str, secret: str) -> dict[str, Any]: ...
+
+    def refresh(self, refresh_token: str, client_id: str) -> dict[str, Any]: ...
+
+    def logout(self, refresh_token: str, client_id: str) -> None: ...

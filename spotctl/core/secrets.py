@@ -81,4 +81,6 @@ def secret_value(secret: SecretFile | str) -> str: ...
 def secret_value(secret: SecretFile | str | None) -> str | None: ...
 def secret_value(secret: SecretFile | str | None) -> str | None:
     """The secret now: a file's current content (re-read once rotated), or the value given as it is."""
-    return secret.value() if isinstance(secret, SecretFile) else secret
+    if secret is None or isinstance(secret, str):
+        return secret
+    return secret.value()  # a SecretFile, or a token that renews itself (core.identity.Bearer)

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import RefusedError
+from spotctl.core.identity import Identity
 from spotctl.core.ports import Clock, CloudPort, ContractPort, SchedulerPort, Simulation, SystemClock
 from spotctl.state.store import Store
 
@@ -80,6 +81,7 @@ class Runtime:
     simulation: Simulation | None = None  # the demo region's world, moved along with the wall clock
     outlets: dict = field(default_factory=dict)  # relay destinations: "kafka", "audit" (see ops.relay)
     lock_wait: LockWait | None = None  # shows a wait for the region lock (the CLI's spinner); None: silent
+    identity: Identity | None = None  # the validated login when the region has [identity] (issue 15)
 
     def lock(self, wait: float = 0.0, purpose: str = "") -> bool:
         """Take the region's pass lock, waiting up to ``wait`` seconds for it (0: not at all); False when it

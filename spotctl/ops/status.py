@@ -27,6 +27,14 @@ FEED_SOURCES = ("rate_card", "notices")
 EXPLAINED = (NodeState.ADVISED, NodeState.DRAINING, NodeState.DELETING)
 
 
+def identity_view(rt: Runtime) -> dict[str, Any]:
+    """Who acts in this region: ``none`` (no ``[identity]``: the OS user), ``required`` or ``optional``,
+    and the actor of this command."""
+    table = rt.region.section("identity")
+    mode = "none" if not table else "required" if table.get("required", True) else "optional"
+    return {"mode": mode, "actor": rt.actor, "logged_in": rt.identity is not None}
+
+
 def status(rt: Runtime, *, all_nodes: bool = False) -> dict:
     now = rt.now()
     policy = rt.region.policy
@@ -116,6 +124,7 @@ def status(rt: Runtime, *, all_nodes: bool = False) -> dict:
                    "kinds": queues},
         "relay": relay_modes,  # destination -> the delivery mode last seen: {mode, degraded, seen_at}
         "audit_records": counts["audit"],
+        "identity": identity_view(rt),
         "degraded": degraded,
     }
     data["partial"] = partial_sources(data)

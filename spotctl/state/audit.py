@@ -70,8 +70,11 @@ class AuditFilter:
         sql, args = "", list[object]()
         if self.since is not None:
             sql, args = sql + (" AND +at >= ?" if by_seq else " AND at >= ?"), args + [self.since]
-        if self.actor:
-            sql, args = sql + " AND actor = ?", args + [self.actor]
+        if self.actor:  # the whole actor, or its name, sub or client (core.identity.Actor's form)
+            a = self.actor.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            sql = sql + (" AND (actor = ? OR actor LIKE ? ESCAPE '\\' OR actor LIKE ? ESCAPE '\\'"
+                         " OR actor LIKE ? ESCAPE '\\')")
+            args = args + [self.actor, a + " [sub=%", "% [sub=" + a + ", client=%", "%, client=" + a + "]"]
         if self.action:
             if self.action.endswith("*"):
                 sql, args = sql + " AND action LIKE ? ESCAPE '\\'", args + [

@@ -63,8 +63,9 @@ def _json(value: Any) -> str:
 class EventRows:
     """Outbox rows of lifecycle events from one source (a region), built without one SDK object each."""
 
-    def __init__(self, region: str):
+    def __init__(self, region: str, extensions: dict[str, str] | None = None):
         self.source = f"spotctl/{region}"
+        self.extensions = extensions or {}  # the same on every event of this source (the actor's)
         self._templates: dict[str, tuple[list[str], list[str]]] = {}  # type -> (literal pieces, attributes between)
         self._times: dict[float, str] = {}
 
@@ -85,7 +86,8 @@ class EventRows:
         if template is None:  # the SDK builds and validates the first one of its type
             if data is None:
                 data = json.loads(data_text or "null")
-            doc = structured(cloud_event(source=self.source, type_=type_, subject=subject, data=data, at=at))
+            doc = structured(cloud_event(source=self.source, type_=type_, subject=subject, data=data, at=at,
+                                         extensions=self.extensions))
             # its text around the attributes that differ per event (_PER_EVENT), in canonical (sorted) order:
             # the literal pieces, and which attribute goes after each
             pieces, slots, text = [], [], ""

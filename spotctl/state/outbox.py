@@ -25,13 +25,28 @@ if TYPE_CHECKING:
     from spotctl.state.bulk import EventRows
 
 
-def cloud_event(*, source: str, type_: str, subject: str, data: dict[str, Any], at: float) -> CloudEvent:
-    """A new CloudEvents 1.0 event (a fresh ``id``; ``data`` as JSON), validated by the SDK."""
+def cloud_event(*, source: str, type_: str, subject: str, data: dict[str, Any], at: float,
+                extensions: dict[str, str] | None = None) -> CloudEvent:
+    """A new CloudEvents 1.0 event (a fresh ``id``; ``data`` as JSON), validated by the SDK. ``extensions``:
+    extension attributes (the actor's, :func:`actor_extensions`)."""
     from cloudevents.core.v1.event import CloudEvent
 
     return CloudEvent({"id": str(uuid.uuid4()), "source": source, "type": type_, "subject": subject,
-                       "time": datetime.fromtimestamp(at, tz=UTC), "datacontenttype": "application/json"},
-                      data)
+                       "time": datetime.fromtimestamp(at, tz=UTC), "datacontenttype": "application/json",
+                       **(extensions or {})}, data)
+
+
+def actor_extensions(actor: Any) -> dict[str, str]:
+    """Who caused an event, as CloudEvents extension attributes (lower-case letters and digits, as the spec
+    wants): ``actor`` (preferred_username), ``actorsub`` (sub), ``actorclient`` (the client id)."""
+    if actor is None:
+        return {}
+    out = {"actor": actor.name}
+    if actor.sub:
+        out["actorsub"] = actor.sub
+    if actor.client:
+        out["actorclient"] = actor.client
+    return out
 
 
 def structured(event: CloudEvent) -> dict[str, Any]:
@@ -64,6 +79,7 @@ class Outbox(StoreBase):
 
     outbox_kinds: frozenset[str] = KINDS
     _event_rows: EventRows | None = None  # the events' builder (templates per type), made at the first event
+    event_actor: Any = None  # who this store's events name (core.identity.Actor), set before the first event
     #: per kind, what this write transaction did to its pending rows: [counter before it, rows added (or
     #: marked: negative), the newest pending id when known, time]; written once, just before the commit
     _tx_counts: dict[str, list] | None = None
@@ -105,7 +121,7 @@ class Outbox(StoreBase):
         if self._event_rows is None:
             from spotctl.state.bulk import EventRows
 
-            self._event_rows = EventRows(self.region)
+            self._event_rows = EventRows(self.region, actor_extensions(self.event_actor))
         return self._event_rows
 
     def outbox(self, kind: str, key: str, payload: dict, at: float) -> None:

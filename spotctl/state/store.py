@@ -260,7 +260,7 @@ class Store(AuditLog, RegionLock, Memory, Prune):
         changes it."""
         from spotctl.state.bulk import AuditRows, EventRows, adoption_rows
 
-        events = EventRows(self.region)
+        events = self._events()
         with self.tx() as c:
             head = c.execute("SELECT hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
             chain = AuditRows(self.region, head[0] if head else GENESIS)

@@ -74,6 +74,14 @@ sasl_plain_password = "hunter2"
 [regions.lab.audit]
 url = "https://audit.example"
 token = "audit-s3cret"
+
+[regions.lab.identity]
+server_url = "https://sso.example"
+realm = "spot"
+service_secret_file = "/etc/spotctl/reconciler.secret"
+
+[regions.lab.identity.roles]
+night-shift = ["drain", "status"]
 """
 
 
@@ -108,8 +116,9 @@ def test_every_schema_leaf_shows_for_the_demo_region_with_a_source(cli):
     assert all(set(row) == {"key", "value", "source", "line"} and row["source"] for row in rows)
     keys = [row["key"] for row in rows]
     assert len(keys) == len(set(keys))
-    # the demo region names no [openstack.pools.P] entry: those keys cannot show
+    # the demo region names no [openstack.pools.P] entry, nor [identity.roles] role: those keys cannot show
     missing = [".".join(p) for p in leaves(SCHEMA) if ".".join(p).find("openstack.pools") < 0
+               and ".".join(p).find("identity.roles") < 0
                and not any(matches(p, k) for k in keys)]
     assert not missing
     by_key = {row["key"]: row for row in rows}
@@ -119,7 +128,7 @@ def test_every_schema_leaf_shows_for_the_demo_region_with_a_source(cli):
                        "regions.demo.policy.max_launches_per_pass": 50}.items():
         assert by_key[key] == {"key": key, "value": value, "source": "default", "line": None}
     assert set(data["not_configured"]) == {f"regions.demo.{s}" for s in
-                                           ("openstack", "kubernetes", "slurm", "contract", "kafka", "audit")}
+                                           ("openstack", "kubernetes", "slurm", "contract", "kafka", "audit", "identity")}
     assert by_key["regions.demo.kafka.batch_size"]["value"] is None  # no [kafka]: nothing of it applies
 
 

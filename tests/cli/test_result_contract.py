@@ -79,6 +79,9 @@ EVERY_COMMAND = {
     ("state", "prune"): (["state", "prune", "--dry-run"], "dry-run", 0),
     ("state", "check"): (["state", "check"], "ok", 0),
     ("version",): (["version"], "ok", 0),
+    ("whoami",): (["whoami"], "ok", 0),  # the demo region has no [identity]: the OS user
+    ("login",): (["login"], "error", 3),  # nothing to log in to without [identity]
+    ("logout",): (["logout"], "error", 3),
 }
 #: Commands whose stdout is not one envelope, and where their contract is checked instead.
 NOT_AN_ENVELOPE = {

@@ -8,6 +8,7 @@ without the services, it is skipped with the command that starts them.
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -54,3 +55,26 @@ def wait_until(pred, what: str = "condition", timeout: float = 20.0):
             return v
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+#: The OIDC test peer (scripts/testenv/oidc), read when pytest loads this file: the autouse isolated_env
+#: fixture strips SPOTCTL_* variables from each test's environment.
+_OIDC = (os.environ.get("SPOTCTL_OIDC_URL"), os.environ.get("SPOTCTL_OIDC_REALM", "spot"))
+
+
+def oidc_peer() -> tuple[str, str]:
+    """The Keycloak-compatible peer's base URL and realm: SPOTCTL_OIDC_URL, else `scripts/testenv/oidc env`;
+    skips (fails under SPOTCTL_REQUIRE_SERVICES=1) when it is down."""
+    import requests
+
+    url, name = _OIDC
+    if not url:
+        env = testenv("oidc")
+        url, name = env.get("SPOTCTL_OIDC_URL"), env.get("SPOTCTL_OIDC_REALM", "spot")
+    if not url:
+        unavailable("oidc", "SPOTCTL_OIDC_URL is not set")
+    try:
+        requests.get(f"{url.rstrip('/')}/realms/{name}/.well-known/openid-configuration", timeout=5).raise_for_status()
+    except requests.RequestException as e:
+        unavailable("oidc", str(e))
+    return url, name
