@@ -50,7 +50,7 @@ work after the command too: spotctl status -o json -v.
 
 Exit codes: 0 ok, 1 unexpected, 2 usage, 3 config, 4 auth, 5 not found,
 6 refused, 7 partial, 8 backend unavailable, 9 state database, 10 output not writable,
-130 interrupted, 141 reader gone (broken pipe), 143 terminated (SIGTERM).
+20-25 a bundle refused (invalid, untrusted, digest, files, expired, rollback), 130 interrupted, 141 reader gone (broken pipe), 143 terminated (SIGTERM).
 """
 
 
@@ -164,6 +164,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "contract": ("contract", "contract_app", "The provider contract: is each of its five terms met, per pool?"),
     "config": ("config_cmd", "config_app", "Inspect the merged configuration."),
     "state": ("state_cmd", "state_app", "The region's state database: prune what its retention lets go, check it whole."),
+    "bundle": ("bundle", "bundle_app", "Signed bundles for node agents: build, sign, verify; publish, serve and fetch over mutual TLS with SPIFFE identities."),
     "login": ("login", "login_app", "Log in to the region's Keycloak realm."),
     "logout": ("login", "logout_app", "Log out of the region: revoke the cached sessions at Keycloak, delete the cache."),
     "whoami": ("login", "whoami_app", "Show who you act as in the region: identity, realm and client roles, expiry."),

@@ -29,6 +29,12 @@ class ExitCode(IntEnum):
     UNAVAILABLE = 8
     STATE = 9
     OUTPUT = 10
+    BUNDLE_INVALID = 20
+    BUNDLE_UNTRUSTED = 21
+    BUNDLE_DIGEST = 22
+    BUNDLE_FILES = 23
+    BUNDLE_EXPIRED = 24
+    BUNDLE_ROLLBACK = 25
     INTERRUPTED = 130
     PIPE = 141
     TERMINATED = 143
@@ -47,6 +53,12 @@ EXIT_CODE_HELP: dict[ExitCode, str] = {
     ExitCode.STATE: "the state database is unreadable, corrupt, read-only, or was deleted or replaced while "
                     "in use (nothing was changed)",
     ExitCode.OUTPUT: "standard output could not be written (closed, or the disk is full)",
+    ExitCode.BUNDLE_INVALID: "bundle: not a valid bundle (not a tar, a manifest that breaks its schema, another region's)",
+    ExitCode.BUNDLE_UNTRUSTED: "bundle: not signed by a trusted key",
+    ExitCode.BUNDLE_DIGEST: "bundle: a file does not match its digest in the manifest (tampered with)",
+    ExitCode.BUNDLE_FILES: "bundle: a file the manifest lists is missing, or one it does not list is there",
+    ExitCode.BUNDLE_EXPIRED: "bundle: expired (freeze protection)",
+    ExitCode.BUNDLE_ROLLBACK: "bundle: its revision is older than the last one accepted (rollback protection)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C / SIGINT)",
     ExitCode.PIPE: "the reader of the output went away (e.g. `| head`): stopped quietly, as on SIGPIPE",
     ExitCode.TERMINATED: "terminated (SIGTERM): stopped as after Ctrl-C, nothing left half-done",

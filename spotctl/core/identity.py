@@ -19,10 +19,10 @@ ALLOWED_ALGS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "
 
 VIEWER_VERBS = ("plan", "status", "audit list", "audit show", "audit verify", "audit export", "contract check",
                 "exercise-reclaim list", "exercise-reclaim status", "exercise-reclaim report", "whoami",
-                "config show", "state check", "sim status")
+                "config show", "state check", "sim status", "bundle verify", "bundle status", "bundle fetch")
 OPERATOR_VERBS = ("launch", "drain", "reconcile", "watch", "simulate")
-ADMIN_VERBS = ("exercise-reclaim", "exercise-reclaim abort", "bundle publish", "state prune", "audit serve",
-               "sim serve", "policy set", "budget set")
+ADMIN_VERBS = ("exercise-reclaim", "exercise-reclaim abort", "bundle build", "bundle sign", "bundle keygen",
+               "bundle publish", "bundle serve", "state prune", "audit serve", "sim serve", "policy set", "budget set")
 #: Keycloak roles (realm or client) -> the verbs they allow; a region's ``[identity.roles]`` replaces it.
 DEFAULT_ROLES: dict[str, tuple[str, ...]] = {
     "spot-viewer": VIEWER_VERBS,

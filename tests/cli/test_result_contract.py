@@ -82,12 +82,22 @@ EVERY_COMMAND = {
     ("whoami",): (["whoami"], "ok", 0),  # the demo region has no [identity]: the OS user
     ("login",): (["login"], "error", 3),  # nothing to log in to without [identity]
     ("logout",): (["logout"], "error", 3),
+    ("bundle", "keygen"): (["bundle", "keygen", "--out", "/nonexistent/k.pem"], "error", 3),
+    ("bundle", "build"): (["bundle", "build", "--out", "/nonexistent/b"], "error", 2),
+    ("bundle", "sign"): (["bundle", "sign", "/nonexistent/b", "--key", "/nonexistent/k"], "error", 2),
+    ("bundle", "verify"): (["bundle", "verify", "/nonexistent/b", "--trust", "/nonexistent/k"], "error", 2),
+    ("bundle", "publish"): (["bundle", "publish", "/nonexistent/b", "--to", "https://127.0.0.1:9", "--cert", "c",
+                             "--key", "k", "--trust-bundle", "t"], "error", 3),
+    ("bundle", "fetch"): (["bundle", "fetch", "--from", "https://127.0.0.1:9", "--out", "o", "--trust", "t",
+                           "--cert", "c", "--key", "k", "--trust-bundle", "t"], "error", 3),
+    ("bundle", "status"): (["bundle", "status"], "ok", 0),
 }
 #: Commands whose stdout is not one envelope, and where their contract is checked instead.
 NOT_AN_ENVELOPE = {
     ("sim", "serve"): "a server: its envelope at SIGTERM is pinned in tests/integration/test_contract_api.py",
     ("audit", "serve"): "a server: the reference audit receiver, tested in tests/integration/test_record.py",
     ("audit", "export"): "a data stream (JSON lines or CSV), tested in tests/unit/test_audit.py",
+    ("bundle", "serve"): "a server: run as a user runs it in tests/unit/test_bundle_serve.py",
 }
 #: Every status an envelope may carry; scripts may rely on this list. ("failed" was missing: `audit verify`
 #: answers it on a broken chain, `launch`/`drain` when their step failed.)
