@@ -46,6 +46,10 @@ class CA:
                 .add_extension(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(i) for i in ids]),
                                critical=False)
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                             content_commitment=False, key_encipherment=False,
+                                             data_encipherment=False, key_agreement=True,
+                                             encipher_only=False, decipher_only=False), critical=True)
                 .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
                                                       x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
                 .sign(self.key, hashes.SHA256()))

@@ -124,3 +124,64 @@ class RotatingContext:
 
 def path_of(p: str | None) -> str | None:
     return str(Path(p).expanduser()) if p else None
+
+
+def from_workload_api(socket: str, out_dir: Path, timeout: float = 10.0) -> SvidFiles:
+    """This workload's X.509 SVID from the SPIFFE Workload API (``unix:///run/spire/agent.sock``, as a SPIRE
+    agent serves it; the ``spiffe`` package's client), written as files into ``out_dir`` (0700; the key 0600)
+    so that the TLS contexts read it as they read a SPIRE agent's files: the default SVID's chain and key,
+    and every trust domain's CAs as the trust bundle."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        from spiffe import WorkloadApiClient
+        from spiffe.errors import ArgumentError
+        from spiffe.workloadapi.errors import WorkloadApiError
+    except ImportError:  # pragma: no cover - a dependency
+        raise ConfigError("the SPIFFE Workload API needs the `spiffe` package") from None
+    try:
+        with WorkloadApiClient(socket, default_timeout=timeout) as client:
+            ctx = client.fetch_x509_context()
+    except ArgumentError as e:
+        raise ConfigError(f"SPIFFE Workload API {socket}: {e}") from None
+    except WorkloadApiError as e:
+        from spotctl.core.errors import UnavailableError
+
+        raise UnavailableError(f"SPIFFE Workload API {socket}: no X.509 SVID ({e})",
+                               hint="is the SPIRE agent running, and is this workload registered?") from None
+    svid = ctx.default_svid
+    pem = serialization.Encoding.PEM
+    chain = b"".join(c.public_bytes(pem) for c in svid.cert_chain)
+    key = svid.private_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    cas = b"".join(c.public_bytes(pem) for b in sorted(ctx.x509_bundle_set.bundles, key=lambda b: str(b.trust_domain))
+                   for c in sorted(b.x509_authorities, key=lambda c: c.serial_number))
+    out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    files = SvidFiles(str(out_dir / "svid.pem"), str(out_dir / "svid.key"), str(out_dir / "bundle.pem"))
+    for path, data in ((files.key, key), (files.cert, chain), (files.bundle, cas)):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    return files
+
+
+class WorkloadApiFiles:
+    """An SVID from the Workload API kept current: fetched now, and again every ``refresh_seconds`` by a
+    daemon thread of the long-running server (SPIRE rotates SVIDs well before they expire); the files it
+    rewrites are the ones :class:`RotatingContext` watches."""
+
+    def __init__(self, socket: str, out_dir: Path, refresh_seconds: float = 30.0, on_error=None):
+        self.socket, self.dir, self.refresh = socket, out_dir, refresh_seconds
+        self.files = from_workload_api(socket, out_dir)
+        self.on_error = on_error
+        threading.Thread(target=self._loop, name="spiffe-workload-api", daemon=True).start()
+
+    def _loop(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(self.refresh):
+            try:
+                from_workload_api(self.socket, self.dir)
+            except Exception as e:  # noqa: BLE001 - keep the last good SVID, say why
+                if self.on_error:
+                    self.on_error(str(e))

@@ -150,27 +150,53 @@ def verify(
         f"{len(d['files'])} files, expires {d['expires']}; last accepted revision {d['last_accepted']}"))
 
 
-Cert = Annotated[str, typer.Option("--cert", envvar="SPOTCTL_SVID_CERT", help=(
-    "X.509 SVID certificate chain (PEM), as a SPIRE agent writes it."))]
-Key = Annotated[str, typer.Option("--key", envvar="SPOTCTL_SVID_KEY", help="The SVID's private key (PEM).")]
-TrustBundle = Annotated[str, typer.Option("--trust-bundle", envvar="SPOTCTL_SVID_BUNDLE", help=(
-    "The SPIFFE trust bundle (PEM CA certificates) peers are checked against."))]
+Cert = Annotated[Optional[str], typer.Option("--cert", envvar="SPOTCTL_SVID_CERT", show_default=False, help=(
+    "X.509 SVID certificate chain (PEM), as a SPIRE agent writes it (or --workload-api)."))]
+Key = Annotated[Optional[str], typer.Option("--key", envvar="SPOTCTL_SVID_KEY", show_default=False,
+                                            help="The SVID's private key (PEM).")]
+TrustBundle = Annotated[Optional[str], typer.Option("--trust-bundle", envvar="SPOTCTL_SVID_BUNDLE", show_default=False,
+                                                    help="The SPIFFE trust bundle (PEM CAs) peers are checked against.")]
+WorkloadApi = Annotated[Optional[str], typer.Option("--workload-api", envvar="SPIFFE_ENDPOINT_SOCKET", show_default=False,
+                                                    help=("The SPIFFE Workload API socket (unix:///run/spire/agent.sock) "
+                                                          "to get the SVID and trust bundle from, instead of files."))]
 ServerId = Annotated[str, typer.Option("--server-id", help=(
     "SPIFFE ID pattern the server must have (e.g. spiffe://example.org/spotctl/bundle-server)."))]
 
 
-def _svid(cert: str, key: str, bundle: str):
+def _svid(st, cert: str | None, key: str | None, bundle: str | None, workload_api: str | None, *,
+          serve: bool = False):
+    """The SVID from its three files, else from the Workload API: a command's own copy in a private
+    temporary directory (removed when the command ends); the server's kept current under the state dir."""
     from spotctl.bundles.spiffe import SvidFiles
 
-    return SvidFiles(cert, key, bundle)
+    if cert and key and bundle:
+        return SvidFiles(cert, key, bundle)
+    if cert or key or bundle:
+        raise UsageError("give all three of --cert, --key and --trust-bundle (or --workload-api)")
+    if not workload_api:
+        raise UsageError("no SVID: give --cert, --key and --trust-bundle, or --workload-api (SPIFFE_ENDPOINT_SOCKET)")
+    if serve:
+        from spotctl.bundles.spiffe import WorkloadApiFiles
+
+        region = st.config().region(st.region).name
+        return WorkloadApiFiles(workload_api, st.config().state_dir() / f"svid-{region}",
+                                on_error=lambda m: st.progress(f"SVID refresh failed (keeping the last one): {m}")).files
+    import shutil
+    import tempfile
+
+    from spotctl.bundles.spiffe import from_workload_api
+
+    tmp = tempfile.mkdtemp(prefix="spotctl-svid-")
+    st.cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    return from_workload_api(workload_api, Path(tmp))
 
 
-def _client(url: str, cert: str, key: str, bundle: str, region: str, server_id: str):
+def _client(st, url: str, svid, region: str, server_id: str):
     from spotctl.bundles.client import BundleClient
 
     if not url.startswith("https://"):
         raise UsageError(f"the bundle server's URL must be https://, not {url[:80]!r}")
-    return BundleClient(url, _svid(cert, key, bundle), region, server_id=server_id)
+    return BundleClient(url, svid, region, server_id=server_id)
 
 
 @bundle_app.command("publish")
@@ -178,7 +204,7 @@ def publish(
     ctx: typer.Context,
     file: Annotated[str, typer.Argument(help="The signed bundle to publish.")],
     to: Annotated[str, typer.Option("--to", help="The bundle server (https://HOST:PORT).")],
-    cert: Cert, key: Key, trust_bundle: TrustBundle,
+    cert: Cert = None, key: Key = None, trust_bundle: TrustBundle = None, workload_api: WorkloadApi = None,
     server_id: ServerId = "spiffe://*",
 ) -> None:
     """Publish a signed bundle to the bundle server, with the pipeline's SVID (mutual TLS).
@@ -191,7 +217,8 @@ def publish(
     """
     st = state(ctx)
     region = st.config().region(st.region).name
-    out = _client(to, cert, key, trust_bundle, region, server_id).publish(_read(file))
+    svid = _svid(st, cert, key, trust_bundle, workload_api)
+    out = _client(st, to, svid, region, server_id).publish(_read(file))
     render.emit(st.fmt(), "bundle publish", out, table=lambda c, d: c.print(
         f"published: {d['region']} revision {d['accepted_revision']} accepted (signed by {', '.join(d['keyids'])})"))
 
@@ -202,7 +229,7 @@ def fetch(
     from_: Annotated[str, typer.Option("--from", help="The bundle server (https://HOST:PORT).")],
     out: Annotated[str, typer.Option("--out", help="Where the agent keeps its bundle (written atomically).")],
     trust: Annotated[list[str], typer.Option("--trust", help="A trusted signing key (PEM); repeat for several.")],
-    cert: Cert, key: Key, trust_bundle: TrustBundle,
+    cert: Cert = None, key: Key = None, trust_bundle: TrustBundle = None, workload_api: WorkloadApi = None,
     server_id: ServerId = "spiffe://*",
 ) -> None:
     """Fetch the region's bundle as an agent does: with an SVID, verified, written atomically.
@@ -218,8 +245,8 @@ def fetch(
 
     st = state(ctx)
     region = st.config().region(st.region).name
-    data = do_fetch(_client(from_, cert, key, trust_bundle, region, server_id), Path(out), trust, now=time.time(),
-                    region=region)
+    svid = _svid(st, cert, key, trust_bundle, workload_api)
+    data = do_fetch(_client(st, from_, svid, region, server_id), Path(out), trust, now=time.time(), region=region)
     render.emit(st.fmt(), "bundle fetch", data, table=lambda c, d: c.print(
         f"bundle revision {d['revision']} {'fetched' if d['changed'] else 'unchanged'} -> {d['out']}"))
 
@@ -231,12 +258,7 @@ def status(
                                                              "serves from --data-dir).", show_default=False)] = None,
     data_dir: Annotated[Optional[str], typer.Option("--data-dir", help="The serve side's directory (default: "
                                                                        "STATE_DIR/bundles).", show_default=False)] = None,
-    cert: Annotated[Optional[str], typer.Option("--cert", envvar="SPOTCTL_SVID_CERT", help="SVID (with --url).",
-                                                show_default=False)] = None,
-    key: Annotated[Optional[str], typer.Option("--key", envvar="SPOTCTL_SVID_KEY", help="SVID key (with --url).",
-                                               show_default=False)] = None,
-    trust_bundle: Annotated[Optional[str], typer.Option("--trust-bundle", envvar="SPOTCTL_SVID_BUNDLE",
-                                                        help="Trust bundle (with --url).", show_default=False)] = None,
+    cert: Cert = None, key: Key = None, trust_bundle: TrustBundle = None, workload_api: WorkloadApi = None,
 ) -> None:
     """What is served: revision, expiry, signatures and key ids, who published it and when.
 
@@ -246,9 +268,7 @@ def status(
     config = st.config()
     region = config.region(st.region).name
     if url:
-        if not (cert and key and trust_bundle):
-            raise UsageError("--url needs --cert, --key and --trust-bundle (the SVID to ask with)")
-        data = _client(url, cert, key, trust_bundle, region, "spiffe://*").status()
+        data = _client(st, url, _svid(st, cert, key, trust_bundle, workload_api), region, "spiffe://*").status()
     else:
         from spotctl.bundles.server import BundleServer
 
@@ -269,7 +289,6 @@ def status(
 @bundle_app.command("serve")
 def serve(
     ctx: typer.Context,
-    cert: Cert, key: Key, trust_bundle: TrustBundle,
     trust: Annotated[list[str], typer.Option("--trust", help="A signing key a published bundle must be signed "
                                                              "with (PEM); repeat for several.")],
     allow_get: Annotated[list[str], typer.Option("--allow-get", help=(
@@ -281,6 +300,7 @@ def serve(
     data_dir: Annotated[Optional[str], typer.Option("--data-dir", help="Where the served bundle is kept "
                                                                        "(default: STATE_DIR/bundles).",
                                                     show_default=False)] = None,
+    cert: Cert = None, key: Key = None, trust_bundle: TrustBundle = None, workload_api: WorkloadApi = None,
 ) -> None:
     """Serve the region's bundle to node agents over mutual TLS, authorised by SPIFFE ID.
 
@@ -301,6 +321,6 @@ def serve(
     rt = st.runtime()
     server = server_for(rt, Path(data_dir) if data_dir else st.config().state_dir() / "bundles", trust,
                         allow_get, allow_put)
-    run(server, _svid(cert, key, trust_bundle), host.strip("[]"), int(port),
+    run(server, _svid(st, cert, key, trust_bundle, workload_api, serve=True), host.strip("[]"), int(port),
         ready=lambda url: print(f"spotctl: serving region {rt.region.name}'s bundle at {url}", file=sys.stderr,
                                 flush=True))

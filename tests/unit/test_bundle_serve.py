@@ -238,3 +238,48 @@ def test_the_server_answers_as_its_openapi_document_says(server, pki, signing, t
         go(agent, "get", b, region="other")  # 404
     assert {(p, m, c) for p, m, c in seen} >= {(b, "get", 200), (b, "get", 304), (b, "get", 404), (b, "put", 200),
                                                (b, "put", 403), (b, "put", 409), (b, "put", 422), (s, "get", 200)}
+
+
+def test_svids_from_the_spiffe_workload_api(server, pki, signing, tmp_path):
+    """An agent whose SVID comes from the Workload API socket (as a SPIRE agent serves it), not from files."""
+    from tests.spiffe_workload import WorkloadApi, serve
+
+    url, _ = server
+    sock = tmp_path / "agent.sock"
+    api = WorkloadApi(f"{TD}/agent/node-7", *pki["agent"], pki["bundle"])
+    grpc_server = serve(sock, api)
+    try:
+        b = make_bundle(tmp_path, signing, 1, "k1")
+        assert spotctl("bundle", "publish", b, "--to", url, *svid_args(pki, "pipeline")).returncode == 0
+        kept = tmp_path / "agent.bundle"
+        p = spotctl("bundle", "fetch", "--from", url, "--out", str(kept), "--trust", signing["k1"] + ".pub",
+                    "--workload-api", f"unix://{sock}", "-o", "json")
+        assert p.returncode == 0, p.stderr
+        assert api.calls == 1 and kept.read_bytes() == Path(b).read_bytes()
+        assert not list(Path("/tmp").glob(f"spotctl-svid-*/{Path(pki['agent'][0]).name}")), "the private copy is gone"
+        p = spotctl("bundle", "status", "--url", url, "--workload-api", f"unix://{tmp_path}/nobody.sock")
+        assert p.returncode in (ExitCode.CONFIG, ExitCode.UNAVAILABLE) and "Workload API" in p.stderr
+    finally:
+        grpc_server.stop(0)
+
+
+def test_the_server_gets_its_svid_from_the_workload_api(pki, signing, tmp_path):
+    from tests.spiffe_workload import WorkloadApi, serve
+
+    sock = tmp_path / "server.sock"
+    grpc_server = serve(sock, WorkloadApi(f"{TD}/spotctl/bundle-server", *pki["server"], pki["bundle"]))
+    port = free_port()
+    proc = subprocess.Popen([str(BIN), "bundle", "serve", "--workload-api", f"unix://{sock}",
+                             "--trust", signing["k1"] + ".pub", "--allow-get", f"{TD}/agent/*",
+                             "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "served")],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "serving region demo's bundle" in line, line
+        p = spotctl("bundle", "status", "--url", f"https://127.0.0.1:{port}", *svid_args(pki, "agent"), "-o", "json")
+        assert p.returncode == 0 and json.loads(p.stdout)["data"]["served"] is False, p.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        grpc_server.stop(0)
