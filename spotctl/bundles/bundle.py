@@ -7,7 +7,7 @@ from typing import Any
 from spotctl.core.bundle import DEFAULT_TTL_SECONDS, Checked, canonical, check, contents, manifest
 from spotctl.core.config import RegionConfig
 
-from .archive import pack, unpack
+from .archive import pack, schema_check, unpack
 from .signing import sign, verified
 
 
@@ -15,6 +15,7 @@ def build(region: RegionConfig, revision: int, created: int, ttl_seconds: int = 
     """The region's bundle, unsigned: the same configuration, revision and ``created`` give the same bytes."""
     files = {name: canonical(doc) for name, doc in contents(region).items()}
     m = manifest(region.name, revision, created, created + ttl_seconds, files)
+    schema_check(m)  # what verify checks, checked before anything is written
     return pack(canonical(m), [], files, created)
 
 
