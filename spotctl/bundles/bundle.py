@@ -7,7 +7,7 @@ from typing import Any
 from spotctl.core.bundle import DEFAULT_TTL_SECONDS, Checked, canonical, check, contents, manifest
 from spotctl.core.config import RegionConfig
 
-from .archive import pack, schema_check, unpack
+from .archive import Parts, pack, schema_check, unpack
 from .signing import sign, verified
 
 
@@ -28,15 +28,15 @@ def add_signature(data: bytes, private_key: Any) -> bytes:
                 int(parts.manifest["created"]))
 
 
-def verify(data: bytes, trusted: list[Any], *, now: float, last_revision: int | None,
+def verify(data: bytes | Parts, trusted: list[Any], *, now: float, last_revision: int | None,
            region: str | None = None) -> Checked:
-    parts = unpack(data)
+    parts = data if isinstance(data, Parts) else unpack(data)
     ok = verified(parts.manifest_bytes, parts.signatures, trusted)
     return check(parts.manifest, parts.files, ok, [str(s.get("keyid")) for s in parts.signatures], now=now,
                  last_revision=last_revision, region=region)
 
 
-def describe(data: bytes) -> dict[str, Any]:
+def describe(data: bytes | Parts) -> dict[str, Any]:
     """What a bundle says of itself (nothing verified): its manifest and its signatures' key ids."""
-    parts = unpack(data)
+    parts = data if isinstance(data, Parts) else unpack(data)
     return {**parts.manifest, "signatures": [{"alg": s.get("alg"), "keyid": s.get("keyid")} for s in parts.signatures]}

@@ -16,7 +16,7 @@ from .spiffe import SvidFiles, allowed, spiffe_id
 
 
 class BundleClient:
-    def __init__(self, url: str, files: SvidFiles, region: str, *, server_id: str = "spiffe://*",
+    def __init__(self, url: str, files: SvidFiles, region: str, *, server_id: str = "spiffe://**",
                  timeout: float = 10.0):
         files.check()
         self.base = url.rstrip("/") + f"/v1/regions/{region}/bundle"

@@ -24,6 +24,7 @@ from typing import Any
 
 from spotctl.core.bundle import BundleError
 
+from .archive import Parts, unpack
 from .bundle import describe, verify
 from .spiffe import RotatingContext, SvidFiles, allowed, spiffe_id
 
@@ -62,6 +63,12 @@ class BundleServer:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return None
+        try:
+            unpack(data)
+        except BundleError as e:  # serve nothing rather than fail to start; the next publish replaces it
+            log.warning("bundle serve: the kept bundle %s is unreadable (%s); serving none until a publish",
+                        self.path, e.message)
+            return None
         meta = {}
         try:
             import json
@@ -71,8 +78,8 @@ class BundleServer:
             pass
         return self._served(data, meta.get("published_by"), meta.get("published_at"))
 
-    def _served(self, data: bytes, by: str | None, at: float | None) -> Served:
-        return Served(data, f'"{hashlib.sha256(data).hexdigest()}"', describe(data), by, at)
+    def _served(self, data: bytes, by: str | None, at: float | None, parts: Parts | None = None) -> Served:
+        return Served(data, f'"{hashlib.sha256(data).hexdigest()}"', describe(parts or data), by, at)
 
     def status(self) -> dict[str, Any]:
         s = self.served
@@ -86,7 +93,8 @@ class BundleServer:
     def publish(self, data: bytes, by: str) -> dict[str, Any]:
         """Accept ``data`` when it verifies with a higher revision than the served one (BundleError else)."""
         last = self.served.info["revision"] if self.served else None
-        ok = verify(data, self.trusted, now=self.clock(), last_revision=last, region=self.region)
+        parts = unpack(data)  # once: verified and described from the same parts
+        ok = verify(parts, self.trusted, now=self.clock(), last_revision=last, region=self.region)
         if last is not None and ok.revision <= last:
             from spotctl.core.bundle import BundleRollback
 
@@ -103,7 +111,7 @@ class BundleServer:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.dir / name)
-        self.served = self._served(data, by, now)
+        self.served = self._served(data, by, now, parts)
         return {"accepted_revision": ok.revision, "keyids": list(ok.keyids)}
 
     # -- aiohttp -------------------------------------------------------------------------------
@@ -136,12 +144,12 @@ class BundleServer:
         sid = self._peer(request)
         if sid is None:
             return None, self._refuse(request, None, verb, 403, "forbidden", "the client certificate names no SPIFFE ID")
+        if not allowed(sid, patterns):  # before the region: who may not ask learns nothing of what is served
+            return sid, self._refuse(request, sid, verb, 403, "forbidden", f"{sid} may not {verb} this bundle")
         if request.match_info["region"] != self.region:
             from aiohttp import web
 
             return sid, web.json_response({"error": {"code": "not_found", "message": "no such region"}}, status=404)
-        if not allowed(sid, patterns):
-            return sid, self._refuse(request, sid, verb, 403, "forbidden", f"{sid} may not {verb} this bundle")
         return sid, None
 
     async def _get(self, request: Any) -> Any:
@@ -154,7 +162,8 @@ class BundleServer:
         if s is None:
             return web.json_response({"error": {"code": "not_found", "message": "no bundle published yet"}}, status=404)
         headers = {"ETag": s.etag, "X-Spotctl-Revision": str(s.info["revision"]), "Cache-Control": "no-cache"}
-        if s.etag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
+        tags = [t.strip().removeprefix("W/") for t in request.headers.get("If-None-Match", "").split(",")]
+        if s.etag in tags or "*" in tags:  # the weak comparison If-None-Match calls for (RFC 9110 13.1.2)
             return web.Response(status=304, headers=headers)
         return web.Response(body=s.data, content_type=CONTENT_TYPE, headers=headers)
 
@@ -173,8 +182,10 @@ class BundleServer:
         if refusal is not None:
             return refusal
         data = await request.read()
-        try:
-            out = self.publish(data, sid or "unknown")
+        import asyncio
+
+        try:  # verifying and writing a large bundle takes milliseconds: not in the loop that answers the agents
+            out = await asyncio.to_thread(self.publish, data, sid or "unknown")
         except BundleError as e:
             status = 409 if e.code == "bundle_rollback" else 422
             return self._refuse(request, sid, "publish", status, e.code, e.message)

@@ -9,8 +9,9 @@ bundle and the validity dates; the ID's trust domain must be one the server trus
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import os
+import re
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -41,8 +42,16 @@ def trust_domain(sid: str) -> str:
 
 
 def allowed(sid: str, patterns: list[str]) -> bool:
-    """Whether a SPIFFE ID matches one of the patterns (``*`` within a path, as in ``spiffe://td/agent/*``)."""
-    return any(fnmatch.fnmatchcase(sid, p) for p in patterns)
+    """Whether a SPIFFE ID matches one of the patterns: ``*`` stands for any characters within one path
+    segment (``spiffe://td/agent/*`` matches ``spiffe://td/agent/n1``, not ``.../agent/n1/x``), ``**`` for
+    any characters across segments; nothing else is special."""
+    return any(_pattern(p).fullmatch(sid) for p in patterns)
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(p: str) -> re.Pattern[str]:
+    parts = [re.escape(piece).replace(r"\*", "[^/]*") for piece in p.split("**")]
+    return re.compile(".*".join(parts))
 
 
 @dataclass

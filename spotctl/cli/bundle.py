@@ -205,7 +205,7 @@ def publish(
     file: Annotated[str, typer.Argument(help="The signed bundle to publish.")],
     to: Annotated[str, typer.Option("--to", help="The bundle server (https://HOST:PORT).")],
     cert: Cert = None, key: Key = None, trust_bundle: TrustBundle = None, workload_api: WorkloadApi = None,
-    server_id: ServerId = "spiffe://*",
+    server_id: ServerId = "spiffe://**",
 ) -> None:
     """Publish a signed bundle to the bundle server, with the pipeline's SVID (mutual TLS).
 
@@ -230,7 +230,7 @@ def fetch(
     out: Annotated[str, typer.Option("--out", help="Where the agent keeps its bundle (written atomically).")],
     trust: Annotated[list[str], typer.Option("--trust", help="A trusted signing key (PEM); repeat for several.")],
     cert: Cert = None, key: Key = None, trust_bundle: TrustBundle = None, workload_api: WorkloadApi = None,
-    server_id: ServerId = "spiffe://*",
+    server_id: ServerId = "spiffe://**",
 ) -> None:
     """Fetch the region's bundle as an agent does: with an SVID, verified, written atomically.
 
@@ -268,7 +268,7 @@ def status(
     config = st.config()
     region = config.region(st.region).name
     if url:
-        data = _client(st, url, _svid(st, cert, key, trust_bundle, workload_api), region, "spiffe://*").status()
+        data = _client(st, url, _svid(st, cert, key, trust_bundle, workload_api), region, "spiffe://**").status()
     else:
         from spotctl.bundles.server import BundleServer
 

@@ -200,3 +200,15 @@ def test_the_cli_builds_signs_verifies_and_keeps_the_last_revision(tmp_path, mon
     assert r.exit_code == ExitCode.BUNDLE_ROLLBACK and json.loads(r.stdout)["errors"][0]["code"] == "bundle_rollback"
     recs = json.loads(go("audit", "list", "--action", "bundle.verify").stdout)["data"]["records"]
     assert [x["result"] for x in recs][-4:] == ["refused", "ok", "ok", "refused"]
+
+
+def test_spiffe_id_patterns_match_within_a_path_segment():
+    from spotctl.bundles.spiffe import allowed
+
+    p = ["spiffe://example.org/agent/*"]
+    assert allowed("spiffe://example.org/agent/n1", p)
+    assert not allowed("spiffe://example.org/agent/n1/x", p) and not allowed("spiffe://example.org/agentx/n1", p)
+    assert not allowed("spiffe://evil.org/agent/n1", p)
+    assert allowed("spiffe://example.org/agent/n1/x", ["spiffe://example.org/agent/**"])
+    assert not allowed("spiffe://example.org/agent/n?", ["spiffe://example.org/agent/n[1]"])
+    assert allowed("spiffe://example.org/agent/n[1]", ["spiffe://example.org/agent/n[1]"]), "[ ] are literal"
