@@ -247,8 +247,11 @@ def test_no_token_or_secret_in_any_output_debug_included(region, tmp_path):
               str(region.parent / "spot-ci.secret")).returncode == 0
     token = json.loads(cache_files()[0].read_text())["access_token"]
     go("login", "--client-credentials", "--client-id", "spot-reconciler", env={"SPOTCTL_CLIENT_SECRET": "reconciler-secret"})
-    for args in (["whoami"], ["status"], ["plan"], ["audit", "list"], ["config", "show"], ["reconcile"],
-                 ["launch", "--pool", "gp-az1", "--count", "1"], ["logout"], ["status"]):
+    for args in (["whoami"], ["status"], ["plan"], ["audit", "list"], ["audit", "verify"], ["config", "show"],
+                 ["reconcile"], ["launch", "--pool", "gp-az1", "--count", "1"], ["drain", "nope", "--reason", "x"],
+                 ["contract", "check"], ["exercise-reclaim", "list"], ["exercise-reclaim", "--pool", "gp-az1",
+                 "--count", "1", "--dry-run"], ["state", "check"], ["state", "prune", "--dry-run"],
+                 ["bundle", "status"], ["simulate", "--hours", "1"], ["version"], ["logout"], ["status"]):
         go(*args)
     go("login", "--client-credentials", "--client-id", "spot-ci", "--secret-file", str(tmp_path / "missing"))
     text = "\n".join(outputs)
