@@ -171,9 +171,9 @@ def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Out
             notice = node.notice_id or action.inputs.get("notice")
             if notice:
                 rt.store.notice_handled(notice, now)
-        # every first round is audited; a later round when it changed something worth a record
-        if first or forced or empty or not fan.ok:
-            audit_action(rt, action, node.id, result, round="first" if first else "continue", forced=forced, **evidence)
+        # every round is audited: each is a recorded action (a later pass's, or the watcher's), and no recorded
+        # action is left without its audit record (test_record_crash checks it across kill -9)
+        audit_action(rt, action, node.id, result, round="first" if first else "continue", forced=forced, **evidence)
         left = sum(p.remaining for p in progress.values())
         detail = fan.problems() or (f"{'empty' if empty else f'{left} workload(s) left'}"
                                     + (f"; {sum(len(v) for v in forced.values())} deleted at the deadline"

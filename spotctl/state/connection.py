@@ -124,8 +124,10 @@ class StoreBase:
         except BaseException:
             self._in_tx = False
             self._rolled_back()
-            if self.conn.in_transaction:  # SQLite may have rolled back itself (a full disk, an I/O error)
-                with contextlib.suppress(sqlite3.Error, StateError):
+            # SQLite may have rolled back itself (a full disk, an I/O error); the connection may be closed
+            # already (a signal's cleanup closed the store while this transaction's frame was unwound)
+            with contextlib.suppress(sqlite3.Error, StateError):
+                if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
             raise
         else:
