@@ -326,3 +326,59 @@ def test_the_relay_authenticates_to_the_audit_service_with_the_identity_token(re
         server.shutdown()
         server.server_close()
         server.ledger.close()
+
+
+def _start_login(region: Path, *args: str) -> tuple[subprocess.Popen, str, list[str]]:
+    """`spotctl login` started as a user starts it; returns the process, its user code, and stderr so far."""
+    proc = subprocess.Popen([str(BIN / "spotctl"), "login", "-o", "json", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SPOTCTL_CONFIG": str(region)})
+    assert proc.stderr is not None
+    lines: list[str] = []
+    code = None
+    for line in proc.stderr:
+        lines.append(line)
+        if m := re.search(r"enter the code (\S+)", line):
+            code = m.group(1)
+        if "waiting for the approval" in line:
+            break
+    assert code, "".join(lines)
+    return proc, code, lines
+
+
+def test_a_pending_code_is_polled_at_the_interval_until_the_user_approves(region, oidc):
+    """The user takes a while: each poll before the approval is answered authorization_pending (RFC 8628
+    §3.5), and spotctl keeps waiting — no expired_token, no slow_down — then logs in once approved."""
+    proc, code, lines = _start_login(region, "--debug")
+    assert proc.stderr is not None
+    polls = 0
+    for line in proc.stderr:  # two polls unanswered: at least one interval of waiting
+        lines.append(line)
+        if '"POST /realms/' in line and "/openid-connect/token " in line:
+            assert '" 400 ' in line, line
+            polls += 1
+            if polls == 2:
+                break
+    assert polls == 2 and proc.poll() is None, "".join(lines)
+    requests.post(f"{realm_url(oidc)}/test-support/device/approve", timeout=10,
+                  json={"user_code": code, "username": "bob", "password": "bob-pw"}).raise_for_status()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, "".join(lines) + err
+    assert json.loads(out)["data"]["name"] == "bob"
+    assert "slow_down" not in err and "expired" not in err
+    assert [p.name for p in cache_files()] == ["user.json"]
+
+
+def test_ctrl_c_while_waiting_for_the_approval_stops_at_once_and_caches_nothing(region, oidc):
+    import signal
+
+    proc, code, _ = _start_login(region)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    env = json.loads(out)
+    assert env["status"] == "error" and env["errors"][0]["code"] == "interrupted"
+    assert cache_files() == []
+    late = requests.post(f"{realm_url(oidc)}/test-support/device/approve", timeout=10,
+                         json={"user_code": code, "username": "bob", "password": "bob-pw"})
+    assert late.status_code == 200, "the code was still open: approving it later logs nobody in here"
+    assert cache_files() == []
