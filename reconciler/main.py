@@ -104,7 +104,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", help="state directory (default: $XDG_STATE_HOME/spotctl)")
     p.add_argument("--dry-run", action="store_true", help="observe and plan, act on nothing")
     p.add_argument("--log-format", choices=("plain", "json"), default=os.environ.get("SPOTCTL_LOG_FORMAT", "plain"))
-    p.add_argument("--metrics-file", help="write Prometheus textfile metrics here (atomically)")
+    p.add_argument("--metrics-file", help="pass: write the region's Prometheus metrics here after the pass "
+                   "(atomically; for node_exporter's textfile collector)")
+    p.add_argument("--metrics-listen", type=_listen, metavar="[HOST:]PORT",
+                   help="watch: serve the region's metrics on http://HOST:PORT/metrics (HOST default 127.0.0.1)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -139,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         rt = build_runtime(config, args.region, actor=actor, progress=lambda m: log.info("%s", m), identity=identity)
         try:
             if args.mode == "watch":
-                return run_watch(rt, args.wait)
+                return run_watch(rt, args.wait, args.metrics_listen)
             result = run_pass(rt, dry_run=args.dry_run)
+            written = _write_metrics(rt, args.metrics_file, result.status) if args.metrics_file else None
         finally:
             rt.store.close()
     except SpotctlError as e:
@@ -165,21 +169,29 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary), flush=True)
     except BrokenPipeError:
         pass
-    if args.metrics_file:
-        try:
-            write_metrics(args.metrics_file, result)
-        except OSError as e:
-            log.error("the pass ran (%s) but --metrics-file %s could not be written: %s", result.status,
-                      args.metrics_file, e.strerror or e)
-            return int(ExitCode.OUTPUT)
+    if written is False:
+        return int(ExitCode.OUTPUT)
     if result.auth_failed:
         log.error("%s refused our credentials", ", ".join(result.auth_failed))
         return int(ExitCode.AUTH)
     return 0 if result.status in ("ok", "skipped", "dry-run") else int(ExitCode.PARTIAL)
 
 
-def run_watch(rt, wait: float) -> int:
-    """The fast path: handle notices as they arrive until SIGTERM/SIGINT."""
+def _write_metrics(rt, path: str, status: str) -> bool:
+    """The region's metrics as a node_exporter textfile (prometheus_client, atomically); False when it could
+    not be written (exit 10: the pass itself ran and is recorded)."""
+    from spotctl.ops.metrics import write_textfile
+
+    try:
+        write_textfile(rt, path)
+    except OSError as e:
+        log.error("the pass ran (%s) but --metrics-file %s could not be written: %s", status, path, e.strerror or e)
+        return False
+    return True
+
+
+def run_watch(rt, wait: float, listen: tuple[str, int] | None = None) -> int:
+    """The fast path: handle notices as they arrive until SIGTERM/SIGINT; with ``listen``, ``/metrics`` too."""
     import signal
     import threading
 
@@ -188,51 +200,38 @@ def run_watch(rt, wait: float) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    server = None
+    if listen is not None:
+        from spotctl.ops.metrics import serve
+
+        try:
+            server = serve(rt, *listen)
+        except OSError as e:
+            log.error("--metrics-listen %s:%d: %s", listen[0], listen[1], e.strerror or e)
+            return int(ExitCode.USAGE)
+        log.info("metrics on http://%s:%d/metrics", listen[0], server.server_address[1])
     log.info("watching notices for region %s", rt.region.name)
-    stats = watch(rt, stop=stop, wait=wait, on_event=lambda ev: print(json.dumps(ev), flush=True))
+    try:
+        stats = watch(rt, stop=stop, wait=wait, on_event=lambda ev: print(json.dumps(ev), flush=True))
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
     log.info("watcher stopped: %s", stats)
     return 0
 
 
-def write_metrics(path: str, result) -> None:
-    r = result.region
-    lines = [
-        "# HELP spotctl_pass_duration_seconds Duration of the last reconcile pass.",
-        "# TYPE spotctl_pass_duration_seconds gauge",
-        f'spotctl_pass_duration_seconds{{region="{r}"}} {result.duration_s:.6f}',
-        "# HELP spotctl_pass_timestamp_seconds When the last pass started.",
-        "# TYPE spotctl_pass_timestamp_seconds gauge",
-        f'spotctl_pass_timestamp_seconds{{region="{r}"}} {result.started_at:.3f}',
-        "# HELP spotctl_pass_ok Whether the last pass completed without degradation.",
-        "# TYPE spotctl_pass_ok gauge",
-        f'spotctl_pass_ok{{region="{r}"}} {1 if result.status in ("ok", "skipped") else 0}',
-        "# HELP spotctl_budget_tokens_left Tokens left in the region's budget.",
-        "# TYPE spotctl_budget_tokens_left gauge",
-        f'spotctl_budget_tokens_left{{region="{r}"}} {result.tokens_left:.3f}',
-        "# HELP spotctl_actions_total Actions taken by the last pass, by kind and status.",
-        "# TYPE spotctl_actions_total gauge",
-    ]
-    counts: dict[tuple[str, str], int] = {}
-    for o in result.outcomes:
-        counts[(o.kind, o.status)] = counts.get((o.kind, o.status), 0) + 1
-    for (kind, status), n in sorted(counts.items()):
-        lines.append(f'spotctl_actions_total{{region="{r}",kind="{kind}",status="{status}"}} {n}')
-    modes = [(d["destination"], d) for d in (result.relay or {}).values() if d.get("mode")]
-    if modes:
-        lines += [
-            "# HELP spotctl_relay_transactional Whether the relay's producer uses a transaction per batch (last seen).",
-            "# TYPE spotctl_relay_transactional gauge",
-            *(f'spotctl_relay_transactional{{region="{r}",destination="{dest}",mode="{d["mode"]}"}} '
-              f'{1 if d["mode"] == "transactional" else 0}' for dest, d in modes),
-            "# HELP spotctl_relay_degraded Whether the relay delivers in a weaker mode than configured (last seen).",
-            "# TYPE spotctl_relay_degraded gauge",
-            *(f'spotctl_relay_degraded{{region="{r}",destination="{dest}"}} {1 if d["degraded"] else 0}'
-              for dest, d in modes),
-        ]
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+def _listen(text: str) -> tuple[str, int]:
+    """``--metrics-listen``: ``PORT`` (on 127.0.0.1) or ``HOST:PORT``; port 0 picks a free one."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        n = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not HOST:PORT or PORT: {text[:60]!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {n}")
+    return host, n
 
 
 def run() -> None:

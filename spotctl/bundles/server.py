@@ -119,7 +119,25 @@ class BundleServer:
     def app(self) -> Any:
         from aiohttp import web
 
-        app = web.Application(client_max_size=MAX_BODY)
+        self.metrics = metrics = BundleMetrics(self.region)
+        metrics.revision(self.served)
+
+        @web.middleware
+        async def measured(request: Any, handler: Any) -> Any:
+            t0 = time.perf_counter()
+            path = request.match_info.route.resource.canonical if request.match_info.route.resource else "other"
+            status = 500
+            try:
+                resp = await handler(request)
+                status = resp.status
+                return resp
+            except web.HTTPException as e:
+                status = e.status
+                raise
+            finally:
+                metrics.request(request.method, path, status, time.perf_counter() - t0)
+
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[measured])
         base = "/v1/regions/{region}/bundle"
         app.router.add_get(base, self._get)
         app.router.add_put(base, self._put)
@@ -165,6 +183,7 @@ class BundleServer:
         tags = [t.strip().removeprefix("W/") for t in request.headers.get("If-None-Match", "").split(",")]
         if s.etag in tags or "*" in tags:  # the weak comparison If-None-Match calls for (RFC 9110 13.1.2)
             return web.Response(status=304, headers=headers)
+        self.metrics.sent(len(s.data))
         return web.Response(body=s.data, content_type=CONTENT_TYPE, headers=headers)
 
     async def _status(self, request: Any) -> Any:
@@ -189,14 +208,55 @@ class BundleServer:
         except BundleError as e:
             status = 409 if e.code == "bundle_rollback" else 422
             return self._refuse(request, sid, "publish", status, e.code, e.message)
+        self.metrics.revision(self.served)
         self.audit(actor=sid, action="bundle.publish", target=self.region, result="ok",
                    inputs={"revision": out["accepted_revision"], "keyids": out["keyids"], "size": len(data)})
         return web.json_response({"region": self.region, **out})
 
 
+class BundleMetrics:
+    """The bundle server's own metrics (``prometheus_client``, in memory from the server's start; families
+    declared in :mod:`spotctl.core.metrics`), served on ``--metrics-listen``."""
+
+    def __init__(self, region: str):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        from spotctl.core.metrics import BY_NAME
+
+        def spec(name: str) -> dict[str, Any]:
+            f = BY_NAME[name]
+            return {"name": f.name, "documentation": f.help, "labelnames": ["region", *f.labels],
+                    "registry": self.registry}
+
+        self.region = region
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(**spec("spotctl_bundle_requests"))
+        self._duration = Histogram(**spec("spotctl_bundle_request_duration_seconds"),
+                                   buckets=BY_NAME["spotctl_bundle_request_duration_seconds"].buckets)
+        self._bytes = Counter(**spec("spotctl_bundle_sent_bytes"))
+        self._revision = Gauge(**spec("spotctl_bundle_revision"))
+
+    def request(self, method: str, path: str, status: int, seconds: float) -> None:
+        self._requests.labels(self.region, method, path, str(status)).inc()
+        self._duration.labels(self.region, path).observe(seconds)
+
+    def sent(self, n: int) -> None:
+        self._bytes.labels(self.region).inc(n)
+
+    def revision(self, served: Served | None) -> None:
+        if served is not None:
+            self._revision.labels(self.region).set(float(served.info["revision"]))
+
+    def exposition(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
 def run(server: BundleServer, files: SvidFiles, host: str, port: int, *, ready: Callable[[str], None] | None = None,
-        ) -> None:
-    """Serve until SIGINT/SIGTERM (KeyboardInterrupt)."""
+        metrics: tuple[str, int] | None = None, metrics_ready: Callable[[str], None] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (KeyboardInterrupt); with ``metrics`` (host, port), ``/metrics`` in plain
+    HTTP there (Prometheus scrapes it without a client certificate: keep it on loopback or a private net)."""
     import asyncio
 
     from aiohttp import web
@@ -212,10 +272,26 @@ def run(server: BundleServer, files: SvidFiles, host: str, port: int, *, ready: 
         addr = runner.addresses[0] if runner.addresses else (host, port)
         if ready:
             ready(f"https://{addr[0]}:{addr[1]}")
+        mrunner = None
+        if metrics is not None:
+            async def scrape(request: Any) -> Any:
+                body, ctype = server.metrics.exposition()
+                return web.Response(body=body, headers={"Content-Type": ctype})
+
+            mapp = web.Application()
+            mapp.router.add_get("/metrics", scrape)
+            mrunner = web.AppRunner(mapp, access_log=None)
+            await mrunner.setup()
+            await web.TCPSite(mrunner, metrics[0], metrics[1]).start()
+            maddr = mrunner.addresses[0] if mrunner.addresses else metrics
+            if metrics_ready:
+                metrics_ready(f"http://{maddr[0]}:{maddr[1]}/metrics")
         try:
             while True:
                 await asyncio.sleep(3600)
         finally:
+            if mrunner is not None:
+                await mrunner.cleanup()
             await runner.cleanup()
 
     asyncio.run(main())

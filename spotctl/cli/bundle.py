@@ -301,6 +301,9 @@ def serve(
                                                                        "(default: STATE_DIR/bundles).",
                                                     show_default=False)] = None,
     cert: Cert = None, key: Key = None, trust_bundle: TrustBundle = None, workload_api: WorkloadApi = None,
+    metrics_listen: Annotated[Optional[str], typer.Option(
+        "--metrics-listen", help="HOST:PORT to serve Prometheus /metrics on, in plain HTTP (keep it on loopback "
+                                 "or a private network); off by default.", show_default=False)] = None,
 ) -> None:
     """Serve the region's bundle to node agents over mutual TLS, authorised by SPIFFE ID.
 
@@ -315,12 +318,20 @@ def serve(
     from spotctl.ops.bundle import server_for
 
     st = state(ctx)
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"--listen must be HOST:PORT, not {listen!r}")
+    host, port = _host_port("--listen", listen)
+    metrics = _host_port("--metrics-listen", metrics_listen) if metrics_listen is not None else None
     rt = st.runtime()
     server = server_for(rt, Path(data_dir) if data_dir else st.config().state_dir() / "bundles", trust,
                         allow_get, allow_put)
-    run(server, _svid(st, cert, key, trust_bundle, workload_api, serve=True), host.strip("[]"), int(port),
+    run(server, _svid(st, cert, key, trust_bundle, workload_api, serve=True), host, port,
         ready=lambda url: print(f"spotctl: serving region {rt.region.name}'s bundle at {url}", file=sys.stderr,
-                                flush=True))
+                                flush=True),
+        metrics=metrics,
+        metrics_ready=lambda url: print(f"spotctl: metrics at {url}", file=sys.stderr, flush=True))
+
+
+def _host_port(flag: str, text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"{flag} must be HOST:PORT, not {text!r}")
+    return host.strip("[]"), int(port)

@@ -160,6 +160,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "simulate": ("simulate", "app", "Replay hours of the region on a virtual clock and report the outcome."),
     "sim": ("sim", "sim_app", "The region's simulator, served over HTTP as the provider contract API."),
     "exercise-reclaim": ("drill", "drill_app", "Rehearse the provider's reclaim on live spot nodes, and score it."),
+    "metrics": ("metrics", "app", "Print the region's Prometheus metrics, read from its state database."),
     "audit": ("audit", "app", "The tamper-evident audit trail of capacity actions."),
     "contract": ("contract", "contract_app", "The provider contract: is each of its five terms met, per pool?"),
     "config": ("config_cmd", "config_app", "Inspect the merged configuration."),
@@ -176,7 +177,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 PROCESS = {"entry": False}
 
 # Commands whose stdout is data in a format of its own (CSV, JSON lines): an error never writes an envelope there.
-RAW_OUTPUT_COMMANDS = {"audit export"}
+RAW_OUTPUT_COMMANDS = {"audit export", "metrics"}
 
 
 class SpotctlGroup(TyperGroup):

@@ -36,6 +36,7 @@ from spotctl.core.timefmt import iso
 
 from .contract import seen_notice
 from .drill_record import INDEX_KEY, drills, facts, key, load, replacements, report, status
+from .metrics import record_drill_score
 from .reconcile import run_pass
 from .runtime import Runtime
 
@@ -333,6 +334,7 @@ def _finish(rt: Runtime, drill: dict) -> dict:
         _save(rt, drill)
         rt.store.set_value(ACTIVE_KEY, "", rt.now())
         rep = report(rt, drill["id"])
+        record_drill_score(rt, drill["pool"], rep["score"])
         rt.store.audit(actor=rt.actor, action="drill.finish", target=drill["pool"], result=drill["status"],
                        inputs={"drill": drill["id"], "score": rep["score"], "abort_reason": drill["abort_reason"]},
                        at=rt.now())

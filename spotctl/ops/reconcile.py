@@ -14,6 +14,7 @@ from spotctl.core.actions import Plan
 
 from . import contract
 from .act import Outcome, execute, execute_drains, resume
+from .metrics import record_pass_view
 from .observe import ObserveBudget, Snapshot, observe, plan_input, planned
 from .prune import prune_in_pass
 from .relay import DESTINATIONS
@@ -95,6 +96,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
         if not dry_run:
             result.synced, nodes = sync_nodes(rt, snap)
             result.contract_changes = contract.record_changes(rt, conformance)
+            record_pass_view(rt, snap, conformance)
         lap = _lap("contract" if dry_run else "contract and node records", lap)
         inp = plan_input(rt, snap, nodes, no_notice=contract.degraded_pools(conformance))
         plan = planned(inp)
@@ -132,7 +134,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
         if seq is not None:
             rt.store.finish_pass(seq, result.status, {
                 "actions": len(plan.actions), "outcomes": [o.to_dict() for o in result.outcomes],
-                "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now())
+                "degraded": result.degraded, "tokens_used": result.tokens_used}, rt.now(), duration=result.duration_s)
     except BaseException as e:  # interrupted while relaying or recording the end: not "running" for good
         _abandon(rt, seq, e, result)
         raise

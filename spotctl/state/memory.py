@@ -11,11 +11,12 @@ import zlib
 from spotctl.core.audit import canonical
 from spotctl.core.budget import Bucket, Priority
 from spotctl.core.errors import NotFoundError, StateError
-from spotctl.state.connection import StoreBase, inserted
+from spotctl.state.connection import inserted
 from spotctl.state.dbfile import bad_value, loads
+from spotctl.state.metrics import Metrics
 
 
-class Memory(StoreBase):
+class Memory(Metrics):
     """The budget, notice, value and plan methods of :class:`spotctl.state.store.Store`."""
 
     # -- budget --------------------------------------------------------------
@@ -66,7 +67,17 @@ class Memory(StoreBase):
                 "INSERT OR IGNORE INTO notices (id, node_id, instance_id, kind, issued_at, deadline, first_seen_at,"
                 " reason, delivered_at, pool) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (notice_id, node_id, instance_id, kind, issued_at, deadline, at, reason, delivered_at, pool))
-            return cur.rowcount == 1
+            if cur.rowcount != 1:
+                return False
+            if node_id is None:  # not one of ours: the metrics count what spotctl manages, not the account
+                return True
+            labels = {"pool": pool or "", "kind": kind}
+            self.count("spotctl_notices", labels, at)
+            self.observe("spotctl_notice_delivery_seconds", labels,
+                         (delivered_at if delivered_at is not None else at) - issued_at, at)
+            if deadline is not None:
+                self.observe("spotctl_notice_lead_seconds", labels, deadline - at, at)
+            return True
 
     def notices_since(self, t: float) -> list[dict]:
         """Notices first seen at or after ``t`` (the evidence for contract conformance)."""
@@ -75,7 +86,10 @@ class Memory(StoreBase):
 
     def notice_handled(self, notice_id: str, at: float) -> None:
         with self.tx() as c:
-            c.execute("UPDATE notices SET handled_at=? WHERE id=? AND handled_at IS NULL", (at, notice_id))
+            r = c.execute("UPDATE notices SET handled_at=? WHERE id=? AND handled_at IS NULL "
+                          "RETURNING first_seen_at, pool, kind", (at, notice_id)).fetchone()
+            if r is not None:
+                self.observe("spotctl_notice_cordon_seconds", {"pool": r[1] or "", "kind": r[2]}, at - r[0], at)
 
     def notices(self) -> list[dict]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM notices ORDER BY first_seen_at, id")]

@@ -297,8 +297,19 @@ class Store(AuditLog, RegionLock, Memory, Prune):
                       (node.id, src.value, to.value, at, reason, actor))
             self.event(node, src, reason, at)
             if to in (NodeState.LOST,) or (to is NodeState.GONE and node.notice_id):
+                kind = "lost" if to is NodeState.LOST else "notice"
                 c.execute("INSERT INTO reclaims (pool, node_id, at, kind) VALUES (?,?,?,?)",
-                          (node.pool, node.id, at, "lost" if to is NodeState.LOST else "notice"))
+                          (node.pool, node.id, at, kind))
+                self.count("spotctl_reclaims", {"pool": node.pool, "kind": kind}, at)
+                if c.execute("SELECT 1 FROM transitions WHERE node_id=? AND to_state='advised' LIMIT 1",
+                             (node.id,)).fetchone():
+                    self.count("spotctl_advisories_followed", {"pool": node.pool}, at)
+            elif to is NodeState.ADVISED and src is not NodeState.ADVISED:
+                self.count("spotctl_advisories", {"pool": node.pool}, at)
+            elif to is NodeState.DELETING and node.notice_id:
+                r = c.execute("SELECT first_seen_at, kind FROM notices WHERE id=?", (node.notice_id,)).fetchone()
+                if r is not None:
+                    self.observe("spotctl_notice_empty_seconds", {"pool": node.pool, "kind": r[1]}, at - r[0], at)
         return node
 
     def activations_since(self, t: float) -> list[tuple[str, float]]:
@@ -341,7 +352,10 @@ class Store(AuditLog, RegionLock, Memory, Prune):
 
     def finish_action(self, action_id: str, status: str, result: str, at: float) -> None:
         with self.tx() as c:
-            c.execute("UPDATE actions SET status=?, result=?, updated_at=? WHERE id=?", (status, result, at, action_id))
+            r = c.execute("UPDATE actions SET status=?, result=?, updated_at=? WHERE id=? RETURNING kind",
+                          (status, result, at, action_id)).fetchone()
+            if r is not None:
+                self.count("spotctl_actions", {"kind": r[0], "result": status}, at)
 
     def actions(self, status: str | None = None, limit: int | None = 200) -> list[dict]:
         """Actions, newest first; ``limit=None`` for all of them."""
@@ -368,16 +382,25 @@ class Store(AuditLog, RegionLock, Memory, Prune):
         """A new pass row (the caller holds the region lock, so no other pass is live): a row an earlier
         pass left ``running`` (killed, or failed without finishing) is closed as ``abandoned``."""
         with self.tx() as c:
-            c.execute("UPDATE passes SET status='abandoned', finished_at=? WHERE status='running'", (at,))
+            left = c.execute("UPDATE passes SET status='abandoned', finished_at=? WHERE status='running' "
+                             "RETURNING seq", (at,)).fetchall()
+            if left:
+                self.count("spotctl_passes", {"result": "abandoned"}, at, by=len(left))
             self.started_pass = inserted(c.execute("INSERT INTO passes (started_at, actor, status) VALUES (?,?,?)",
                                                    (at, actor, "running")))  # known even if interrupted now
             return self.started_pass
 
-    def finish_pass(self, seq: int, status: str, summary: dict, at: float, *, only_running: bool = False) -> None:
-        """The end of a pass; ``only_running``: unless it has one already (an interrupt after the end)."""
+    def finish_pass(self, seq: int, status: str, summary: dict, at: float, *, only_running: bool = False,
+                    duration: float | None = None) -> None:
+        """The end of a pass; ``only_running``: unless it has one already (an interrupt after the end).
+        ``duration``: the pass's own measure of its time (else the clock's ``at`` minus its start)."""
         with self.tx() as c:
-            c.execute("UPDATE passes SET finished_at=?, status=?, summary=? WHERE seq=?"
-                      + (" AND status='running'" if only_running else ""), (at, status, canonical(summary), seq))
+            r = c.execute("UPDATE passes SET finished_at=?, status=?, summary=? WHERE seq=?"
+                          + (" AND status='running'" if only_running else "") + " RETURNING started_at",
+                          (at, status, canonical(summary), seq)).fetchone()
+            if r is not None:
+                self.count("spotctl_passes", {"result": status}, at)
+                self.observe("spotctl_pass_duration_seconds", {}, at - r[0] if duration is None else duration, at)
             c.execute("DELETE FROM passes WHERE seq <= (SELECT max(seq) - 2000 FROM passes)")
 
     def last_pass(self) -> dict | None:

@@ -98,6 +98,7 @@ NOT_AN_ENVELOPE = {
     ("audit", "serve"): "a server: the reference audit receiver, tested in tests/integration/test_record.py",
     ("audit", "export"): "a data stream (JSON lines or CSV), tested in tests/unit/test_audit.py",
     ("bundle", "serve"): "a server: run as a user runs it in tests/unit/test_bundle_serve.py",
+    ("metrics",): "the Prometheus text format, parsed by prometheus_client in tests/unit/test_metrics.py",
 }
 #: Every status an envelope may carry; scripts may rely on this list. ("failed" was missing: `audit verify`
 #: answers it on a broken chain, `launch`/`drain` when their step failed.)

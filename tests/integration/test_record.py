@@ -230,11 +230,16 @@ def test_a_broker_without_idempotence_either_gets_an_acks_all_producer_and_says_
 
 
 def _metrics(path) -> dict[str, float]:
+    """sample -> value, each sample written ``name{label="value",...}`` with its labels in the order given
+    here (the file parsed by prometheus_client's own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    order = ("region", "destination", "mode")
     out = {}
-    for line in path.read_text().splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
+    for fam in text_string_to_metric_families(path.read_text()):
+        for s in fam.samples:
+            labels = ",".join(f'{k}="{s.labels[k]}"' for k in sorted(s.labels, key=lambda k: (order + (k,)).index(k)))
+            out[f"{s.name}{{{labels}}}"] = s.value
     return out
 
 
@@ -274,7 +279,7 @@ def test_a_broker_without_transactions_is_a_visible_degraded_state(tmp_path, boo
         m = _metrics(metrics)
         assert m[f'spotctl_relay_transactional{{region="{name}",destination="kafka",mode="idempotent"}}'] == 0
         assert m[f'spotctl_relay_degraded{{region="{name}",destination="kafka"}}'] == 1
-        assert m[f'spotctl_pass_ok{{region="{name}"}}'] == 0
+        assert m[f'spotctl_last_pass_ok{{region="{name}"}}'] == 0
         st = _status(cfg, name)
         assert st["relay"]["kafka"]["mode"] == "idempotent"
         assert "does not offer transactions" in st["degraded"]["relay.kafka.mode"]

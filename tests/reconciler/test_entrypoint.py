@@ -28,7 +28,7 @@ def test_one_pass_with_summary_and_metrics(tmp_path):
     for line in p.stderr.strip().splitlines():
         assert json.loads(line)["level"] in ("info", "warning", "debug")  # journald-friendly JSON logs
     text = metrics.read_text()
-    assert 'spotctl_pass_ok{region="demo"} 1' in text and "spotctl_budget_tokens_left" in text
+    assert 'spotctl_last_pass_ok{region="demo"} 1.0' in text and "spotctl_budget_tokens_left" in text
     # the second pass on the same state acts on what the first left: no duplicate launches
     p2 = run(tmp_path, "--region", "demo")
     assert p2.returncode in (0, 7), p2.stderr

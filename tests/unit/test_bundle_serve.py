@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -72,11 +73,15 @@ def server(pki, signing, tmp_path):
     proc = subprocess.Popen([str(BIN), "bundle", "serve", *svid_args(pki, "server"),
                              "--trust", signing["k1"] + ".pub", "--trust", signing["k2"] + ".pub",
                              "--allow-get", f"{TD}/agent/*", "--allow-put", f"{TD}/ci/contract-pipeline",
-                             "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "served")],
+                             "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "served"),
+                             "--metrics-listen", f"127.0.0.1:{free_port()}"],
                             stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()
     assert "serving region demo's bundle at https://127.0.0.1" in line, line + (proc.stderr.read() if proc.poll() else "")
+    metrics = proc.stderr.readline()
+    assert "spotctl: metrics at http://127.0.0.1:" in metrics, metrics
+    proc.metrics_url = metrics.split(" at ", 1)[1].strip()  # type: ignore[attr-defined]
     yield f"https://127.0.0.1:{port}", proc
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=20)
@@ -115,6 +120,22 @@ def test_the_pipeline_publishes_and_agents_fetch_with_etags(server, pki, signing
     # the server is not who the agent expects
     p = spotctl(*fetch[:-4], "--server-id", f"{TD}/somebody-else", "-o", "json")
     assert p.returncode == ExitCode.AUTH and "the bundle server is" in p.stderr
+    # its /metrics: the requests above by path and status, the bytes sent, the revision served
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(server[1].metrics_url, timeout=10) as r:
+        fams = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    codes = {(s.labels["method"], s.labels["path"], s.labels["code"]): s.value
+             for s in fams["spotctl_bundle_requests"].samples if s.name.endswith("_total")}
+    path = "/v1/regions/{region}/bundle"
+    assert codes[("PUT", path, "200")] == 2, codes  # two revisions published
+    assert codes[("GET", path, "304")] == 1 and codes[("GET", path, "200")] >= 2  # one fetch unchanged
+    assert codes[("GET", path + "/status", "200")] == 1
+    sent = [s.value for s in fams["spotctl_bundle_sent_bytes"].samples if s.name.endswith("_total")]
+    assert sent == [Path(b1).stat().st_size + (codes[("GET", path, "200")] - 1) * Path(b2).stat().st_size]
+    assert [s.value for s in fams["spotctl_bundle_revision"].samples] == [2.0]
+    durations = [s for s in fams["spotctl_bundle_request_duration_seconds"].samples if s.name.endswith("_count")]
+    assert sum(s.value for s in durations) == sum(codes.values())
 
 
 def test_the_server_refuses_what_does_not_verify_or_is_not_newer(server, pki, signing, tmp_path):
