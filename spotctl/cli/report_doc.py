@@ -18,6 +18,13 @@ def _s(v: float | None) -> str:
     return _D if v is None else fmt.duration(v)
 
 
+def _sec(v: float | None) -> str:
+    """Seconds to a tenth under 10 min (a notice's delivery takes well under one), else a duration."""
+    if v is None:
+        return _D
+    return f"{v:.1f} s" if v < 600 else fmt.duration(v)
+
+
 def _m(v: float | None) -> str:
     return _D if v is None else f"{v:,.2f}"
 
@@ -88,7 +95,7 @@ def tables(r: dict) -> list[Table]:
                   _p(v["monthly_pct"]), v["band"] or _D] for p, v in r["interruptions"].items()]))
     sl = r["notices"]["slo"]
     out.append(("Notice SLOs (hard notices)", ["measure", "samples", "p50", "p95", "max", "target", "met"],
-                [[name, str(v["samples"]), _s(v["p50"]), _s(v["p95"]), _s(v["max"]), v.get("target", _D),
+                [[name, str(v["samples"]), _sec(v["p50"]), _sec(v["p95"]), _sec(v["max"]), v.get("target", _D),
                   str(v["met"]) if "met" in v else _D]
                  for name, v in (("lead at receipt", sl["lead_s"]), ("delivery", sl["delivery_s"]),
                                  ("receipt to cordon", sl["cordon_s"]), ("receipt to empty", sl["empty_s"]))]))
@@ -132,8 +139,8 @@ def table(console, r: dict) -> None:
     t = RichTable(title=title(r), title_justify="left")
     for col in ("figure", "value", "what it counts"):
         t.add_column(col)
-    for row in headline(r):
-        t.add_row(*row)
+    for head in headline(r):
+        t.add_row(*head)
     console.print(t)
     for name, cols, rows in tables(r):
         if not rows:
@@ -141,8 +148,8 @@ def table(console, r: dict) -> None:
         x = RichTable(title=name, title_justify="left")
         for col in cols:
             x.add_column(col)
-        for row in rows:
-            x.add_row(*row)
+        for cells in rows:
+            x.add_row(*cells)
         console.print(x)
     note = _stale(r)
     if note:
@@ -211,7 +218,7 @@ _COLORS = ("#2f6fdf", "#f08c2e", "#1f9d6a", "#c8445a", "#8a5cd1", "#3fa3c9", "#b
 
 
 def _style():
-    from pygal.style import Style
+    from pygal.style import Style  # type: ignore[import-untyped]
 
     return Style(background="white", plot_background="white", foreground="#1d2433", foreground_strong="#1d2433",
                  foreground_subtle="#8a93a6", colors=_COLORS, font_family="system-ui, 'DejaVu Sans', sans-serif",
@@ -237,7 +244,7 @@ def _labels(r: dict) -> list[str]:
 
 def charts(r: dict) -> list[tuple[str, str]]:
     """(section, inline SVG) of every chart."""
-    import pygal
+    import pygal  # type: ignore[import-untyped]
 
     s = r["series"]
     labels = _labels(r)

@@ -31,6 +31,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+Row = Mapping[str, Any]
+
 from .stats import percentile
 
 #: Hours in an average month: the horizon of the monthly interruption rate.
@@ -78,9 +80,10 @@ def _share(part: float, whole: float) -> float | None:
     return round(100.0 * part / whole, 2) if whole else None
 
 
-def _intervals(nodes: Sequence[Mapping], transitions: Sequence[Mapping], start: float, end: float):
+def _intervals(nodes: Sequence[Row], transitions: Sequence[Row], start: float,
+               end: float) -> tuple[list[tuple[Row, float, float, bool]], dict[str, list[Row]]]:
     """Per node: (node row, up from, up to, still up at the end) clipped to the window, for nodes whose instance was created."""
-    by_node: dict[str, list[Mapping]] = {}
+    by_node: dict[str, list[Row]] = {}
     for t in transitions:
         by_node.setdefault(t["node_id"], []).append(t)
     out = []
@@ -99,7 +102,7 @@ def _intervals(nodes: Sequence[Mapping], transitions: Sequence[Mapping], start: 
 class _Prices:
     """The price in force per pool: the recorded changes (each holds until the next)."""
 
-    def __init__(self, rows: Sequence[Mapping]):
+    def __init__(self, rows: Sequence[Row]):
         self.by_pool: dict[str, list[tuple[float, float]]] = {}
         self.currency: str | None = None
         for r in sorted(rows, key=lambda r: (r["pool"], r["at"])):
@@ -126,8 +129,8 @@ class _Prices:
         return segs
 
 
-def build(*, region: str, start: float, end: float, rows: Mapping[str, Sequence[Mapping]],
-          on_demand: Mapping[str, float | None], currency: str, drills: Sequence[Mapping] = ()) -> dict[str, Any]:
+def build(*, region: str, start: float, end: float, rows: Mapping[str, Sequence[Row]],
+          on_demand: Mapping[str, float | None], currency: str, drills: Sequence[Row] = ()) -> dict[str, Any]:
     """The report over ``[start, end]`` from the window's rows (:func:`spotctl.state.history.window_rows`);
     ``on_demand``: each configured pool's on-demand price per node-hour (None: not configured)."""
     if not (math.isfinite(start) and math.isfinite(end) and end > start):
@@ -270,11 +273,11 @@ def build(*, region: str, start: float, end: float, rows: Mapping[str, Sequence[
         inter[r["pool"]][r["kind"] if r["kind"] in ("notice", "lost") else "notice"] += 1
     interruptions = {}
     for p in sorted(inter):
-        n = inter[p]["notice"] + inter[p]["lost"]
+        count = inter[p]["notice"] + inter[p]["lost"]
         hours = node_s.get(p, 0.0) / 3600.0
-        rate = n / hours if hours > 0 else None
+        rate = count / hours if hours > 0 else None
         monthly = round(100.0 * (1.0 - math.exp(-rate * MONTH_HOURS)), 2) if rate is not None else None
-        interruptions[p] = {"interruptions": n, "after_notice": inter[p]["notice"], "without_notice": inter[p]["lost"],
+        interruptions[p] = {"interruptions": count, "after_notice": inter[p]["notice"], "without_notice": inter[p]["lost"],
                             "hard_notices": sum(1 for nt in hard if nt["pool"] == p),
                             "node_hours": round(hours, 4),
                             "per_1000_node_hours": round(1000.0 * rate, 3) if rate is not None else None,
@@ -284,27 +287,27 @@ def build(*, region: str, start: float, end: float, rows: Mapping[str, Sequence[
     changes = []
     degraded_s: dict[str, float] = {}
     since: dict[str, float] = {}
-    for a in rows.get("contract_changes", ()):
-        pool, inputs = a["target"], a["inputs"] if isinstance(a["inputs"], Mapping) else {}
-        kind = a["action"].split(".", 1)[1]
-        changes.append({"at": a["at"], "pool": pool, "change": kind, "state": a["result"],
+    for rec in rows.get("contract_changes", ()):
+        pool, inputs = rec["target"], rec["inputs"] if isinstance(rec["inputs"], Mapping) else {}
+        kind = rec["action"].split(".", 1)[1]
+        changes.append({"at": rec["at"], "pool": pool, "change": kind, "state": rec["result"],
                         "previous": inputs.get("previous"), "failing": list(inputs.get("failing") or []),
                         "evidence": inputs.get("evidence") or {}})
         if kind == "degraded":
-            since.setdefault(pool, a["at"])
+            since.setdefault(pool, rec["at"])
         elif pool in since:
-            degraded_s[pool] = degraded_s.get(pool, 0.0) + a["at"] - since.pop(pool)
+            degraded_s[pool] = degraded_s.get(pool, 0.0) + rec["at"] - since.pop(pool)
         elif str(inputs.get("previous") or "").startswith("degraded"):
-            degraded_s[pool] = degraded_s.get(pool, 0.0) + a["at"] - start  # degraded since before the window
-    for pool, t in since.items():
-        degraded_s[pool] = degraded_s.get(pool, 0.0) + end - t
+            degraded_s[pool] = degraded_s.get(pool, 0.0) + rec["at"] - start  # degraded since before the window
+    for pool, t_deg in since.items():
+        degraded_s[pool] = degraded_s.get(pool, 0.0) + end - t_deg
     contract = {"degradations": sum(1 for c in changes if c["change"] == "degraded"),
                 "restorations": sum(1 for c in changes if c["change"] == "restored"),
                 "degraded_s_by_pool": {p: round(s, 3) for p, s in sorted(degraded_s.items())}, "changes": changes}
 
     passes: dict[str, int] = {}
-    for p in rows.get("passes", ()):
-        passes[p["status"]] = passes.get(p["status"], 0) + 1
+    for ps in rows.get("passes", ()):
+        passes[ps["status"]] = passes.get(ps["status"], 0) + 1
     scored = [d["score"] for d in drills if d.get("score") is not None]
     return {
         "region": region, "start": start, "end": end, "window_s": span,
