@@ -192,9 +192,9 @@ body { margin:0; font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaV
 header { background:linear-gradient(120deg,#17326b,#2f6fdf 60%,#3fa3c9); color:#fff; padding:28px 40px 22px; }
 header h1 { margin:0 0 4px; font-size:26px; font-weight:650; }
 header p { margin:0; opacity:.85; }
-.kpis { display:grid; grid-template-columns:repeat(auto-fit,minmax(190px,1fr)); gap:14px; padding:20px 40px 0; }
+.kpis { display:grid; grid-template-columns:repeat(auto-fit,minmax(170px,1fr)); gap:14px; padding:20px 40px 0; }
 .kpi { background:var(--card); border:1px solid var(--line); border-radius:10px; padding:14px 16px; }
-.kpi .v { font-size:24px; font-weight:650; }
+.kpi .v { font-size:21px; font-weight:650; white-space:nowrap; }
 .kpi .l { color:var(--muted); font-size:13px; }
 .kpi.good .v { color:var(--good); }
 main { padding:10px 40px 40px; }
@@ -208,7 +208,10 @@ h3 { font-size:15px; margin:14px 0 6px; }
 figure { margin:0; }
 figure svg { width:100%; height:auto; display:block; }
 table { border-collapse:collapse; width:100%; font-size:14px; }
-th, td { text-align:left; padding:6px 10px; border-bottom:1px solid var(--line); vertical-align:top; }
+th, td { text-align:left; padding:6px 10px; border-bottom:1px solid var(--line); vertical-align:top;
+         white-space:nowrap; }
+td:last-child { white-space:normal; }
+.scroll { overflow-x:auto; }
 th { color:var(--muted); font-weight:600; background:#fafbfd; }
 .note { background:#fff7e0; border:1px solid #f1d58a; border-radius:8px; padding:10px 14px; margin:16px 40px 0; }
 footer { color:var(--muted); font-size:13px; padding:0 40px 30px; }
@@ -252,12 +255,12 @@ def charts(r: dict) -> list[tuple[str, str]]:
     out = []
     cur = r["cost"]["currency"]
     c = _chart(pygal.Line, f"Spend vs on demand ({cur} per {fmt.duration(s['step_s'])})", fill=False,
-               show_dots=False, show_minor_x_labels=False, stroke_style={"width": 2.5})
+               show_dots=False, show_minor_x_labels=False)
     c.x_labels = labels
     c.x_labels_major = labels[::every]
-    c.add("spend", s["spend"])
+    c.add("spend", s["spend"], stroke_style={"width": 3})
     if s["on_demand"] is not None:
-        c.add("on demand", s["on_demand"])
+        c.add("on demand", s["on_demand"], stroke_style={"width": 3, "dasharray": "6, 4"})
     out.append(("cost", c.render(is_unicode=True)))
     c = _chart(pygal.StackedLine, "Nodes by pool (average over each step)", fill=True, show_dots=False,
                show_minor_x_labels=False)
@@ -296,7 +299,7 @@ def _html_table(cols: list[str], rows: list[list[str]]) -> str:
         return "<p>None in the window.</p>"
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def page(r: dict) -> str:
