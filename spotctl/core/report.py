@@ -201,8 +201,8 @@ def build(*, region: str, start: float, end: float, rows: Mapping[str, Sequence[
 
     # -- demand and waits
     waits = rows.get("waits", ())
-    done = [w for w in waits if w["gone_at"] is not None]
-    still = [w for w in waits if w["gone_at"] is None]
+    done = [w for w in waits if w["gone_at"] is not None and w["gone_at"] <= end]
+    still = [w for w in waits if w["gone_at"] is None or w["gone_at"] > end]
     wait_s = [max(0.0, w["gone_at"] - w["submitted_at"]) for w in done]
     by_sched: dict[str, list[float]] = {}
     for w in done:

@@ -5,7 +5,8 @@ rows of a report's window read back.
   pass), so that spend over a window is node time × the price in force, in any region.
 - ``waits``: each pending unit (pod or Slurm job) the schedulers report, from its submit time to the
   first pass that no longer sees it pending (``gone_at``): the wait as the reconciler observed it, to the
-  pass interval. A unit seen pending again after it left (requeued) starts a new wait.
+  pass interval. A unit seen pending again after it left (requeued) starts a new wait. A pass writes
+  only the waits that start or end.
 
 Both are bounded: rows older than :data:`KEEP_SECONDS` go as new ones come (by index). Every read here
 is bounded by the window through an index (``prices_at`` and the primary key, ``waits_gone``,
@@ -52,23 +53,37 @@ def record_prices(store: StoreBase, prices: Mapping[str, Any], currency: str, at
 
 
 def record_waits(store: StoreBase, units: Iterable[WorkUnit], schedulers: Collection[str], at: float) -> None:
-    """This pass's pending units: each is (still) waiting at ``at``; an open wait of a scheduler that was
-    read (``schedulers``) whose unit is no longer pending ends at ``at``. A scheduler that was not read
-    this pass ends none of its waits."""
-    rows = [(u.id, str(u.scheduler), float(u.submitted_at), at, at) for u in units
-            if math.isfinite(u.submitted_at) and 0 < u.submitted_at <= at]
-    with store.tx() as c:
-        c.executemany(
-            "INSERT INTO waits (unit, scheduler, submitted_at, first_seen_at, last_seen_at) VALUES (?,?,?,?,?) "
-            "ON CONFLICT(unit) DO UPDATE SET last_seen_at = excluded.last_seen_at, "
-            "submitted_at = CASE WHEN waits.gone_at IS NULL THEN waits.submitted_at ELSE excluded.submitted_at END, "
-            "first_seen_at = CASE WHEN waits.gone_at IS NULL THEN waits.first_seen_at ELSE excluded.first_seen_at END, "
-            "gone_at = NULL", rows)
-        if schedulers:
-            names = sorted(schedulers)
-            c.execute(f"UPDATE waits SET gone_at = ? WHERE gone_at IS NULL AND last_seen_at < ? "
-                      f"AND scheduler IN ({','.join('?' * len(names))})", (at, at, *names))
-        c.execute("DELETE FROM waits WHERE gone_at < ?", (at - KEEP_SECONDS,))
+    """This pass's pending units: a unit not waiting yet starts its wait; an open wait of a scheduler that
+    was read (``schedulers``) whose unit is no longer pending ends at ``at``. A scheduler that was not read
+    this pass ends none of its waits. Writes only what changed: the open waits' ids are read (the
+    ``waits_open`` index), not every unit rewritten each pass."""
+    names = sorted(schedulers)
+    c = store.conn
+    open_ids: set[str] = set()
+    if names:
+        open_ids = {r[0] for r in c.execute(
+            f"SELECT unit FROM waits INDEXED BY waits_open WHERE gone_at IS NULL AND scheduler IN "
+            f"({','.join('?' * len(names))})", names)}
+    seen: set[str] = set()
+    new = []
+    for u in units:
+        seen.add(u.id)
+        if u.id not in open_ids and math.isfinite(u.submitted_at) and 0 < u.submitted_at <= at:
+            new.append((u.id, str(u.scheduler), float(u.submitted_at), at))
+    ended = sorted(open_ids - seen)
+    if not (new or ended):
+        return
+    with store.tx() as tx:
+        # a unit seen again after its wait ended (requeued) starts a new one
+        tx.executemany("INSERT INTO waits (unit, scheduler, submitted_at, first_seen_at) VALUES (?,?,?,?) "
+                       "ON CONFLICT(unit) DO UPDATE SET scheduler = excluded.scheduler, "
+                       "submitted_at = excluded.submitted_at, first_seen_at = excluded.first_seen_at, gone_at = NULL",
+                       new)
+        for i in range(0, len(ended), 500):
+            chunk = ended[i:i + 500]
+            tx.execute(f"UPDATE waits SET gone_at = ? WHERE gone_at IS NULL AND unit IN ({','.join('?' * len(chunk))})",
+                       (at, *chunk))
+        tx.execute("DELETE FROM waits WHERE gone_at < ?", (at - KEEP_SECONDS,))
 
 
 # -- the rows of a report's window --------------------------------------------------------------------
@@ -96,10 +111,11 @@ def window_rows(store: StoreBase, start: float, end: float) -> dict[str, list[di
                    (start, end))
         prices += q("SELECT p.pool, p.at, p.price, p.currency FROM prices p WHERE p.at = (SELECT max(at) FROM "
                     "prices WHERE pool = p.pool AND at <= ?)", (start,))
-        waits = q("SELECT unit, scheduler, submitted_at, first_seen_at, last_seen_at, gone_at FROM waits "
-                  "WHERE gone_at >= ? AND gone_at <= ?", (start, end))
-        waits += q("SELECT unit, scheduler, submitted_at, first_seen_at, last_seen_at, gone_at FROM waits "
-                   "WHERE gone_at IS NULL AND last_seen_at >= ?", (start,))
+        # waits that ended in the window, and those still open at its end (ended after it, or not yet)
+        waits = q("SELECT unit, scheduler, submitted_at, first_seen_at, gone_at FROM waits "
+                  "WHERE gone_at >= ? AND first_seen_at <= ?", (start, end))
+        waits += q("SELECT unit, scheduler, submitted_at, first_seen_at, gone_at FROM waits INDEXED BY waits_open "
+                   "WHERE gone_at IS NULL AND first_seen_at <= ?", (end,))
         notices = q("SELECT id, node_id, instance_id, kind, pool, issued_at, deadline, first_seen_at, delivered_at, "
                     "handled_at, reason FROM notices WHERE first_seen_at >= ? AND first_seen_at <= ? "
                     "ORDER BY first_seen_at, id", (start, end))

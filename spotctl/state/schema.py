@@ -113,9 +113,9 @@ MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (pool, at));
     CREATE INDEX prices_at ON prices(at);
     CREATE TABLE waits (unit TEXT PRIMARY KEY, scheduler TEXT NOT NULL, submitted_at REAL NOT NULL,
-        first_seen_at REAL NOT NULL, last_seen_at REAL NOT NULL, gone_at REAL);
+        first_seen_at REAL NOT NULL, gone_at REAL);
     CREATE INDEX waits_gone ON waits(gone_at);
-    CREATE INDEX waits_open ON waits(last_seen_at) WHERE gone_at IS NULL;
+    CREATE INDEX waits_open ON waits(scheduler, unit) WHERE gone_at IS NULL;
     """,
 }
 

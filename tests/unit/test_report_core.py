@@ -55,14 +55,17 @@ def test_no_price_recorded_falls_back_to_the_launch_price_and_no_on_demand_price
 
 def test_waits_and_still_waiting():
     waits = [{"unit": f"u{i}", "scheduler": "slurm", "submitted_at": T0, "first_seen_at": T0,
-              "last_seen_at": T0 + 60 * i, "gone_at": T0 + 60 * (i + 1)} for i in range(10)]
+              "gone_at": T0 + 60 * (i + 1)} for i in range(10)]
     waits.append({"unit": "open", "scheduler": "kubernetes", "submitted_at": T0 + 100, "first_seen_at": T0 + 100,
-                  "last_seen_at": T0 + H, "gone_at": None})
+                  "gone_at": None})
+    # a wait that ended after the window was still open at its end
+    waits.append({"unit": "later", "scheduler": "slurm", "submitted_at": T0 - H, "first_seen_at": T0 - H,
+                  "gone_at": T0 + 2 * H})
     r = build(region="r", start=T0, end=T0 + H, rows=_rows(waits=waits), on_demand={}, currency="EUR")
     d = r["demand"]
-    assert (d["seen"], d["left_queue"], d["still_waiting"]) == (11, 10, 1)
+    assert (d["seen"], d["left_queue"], d["still_waiting"]) == (12, 10, 2)
     assert d["wait_s"] == {"samples": 10, "p50": 300.0, "p95": 600.0, "max": 600.0}
-    assert d["oldest_waiting_s"] == pytest.approx(H - 100)
+    assert d["oldest_waiting_s"] == pytest.approx(2 * H)
 
 
 def test_notice_slos_and_advisory_precision():

@@ -40,5 +40,13 @@ def test_a_wait_ends_when_a_pass_of_its_scheduler_no_longer_sees_it(tmp_path):
         rows = {w["unit"]: w for w in history.window_rows(s, 0.0, 1000.0)["waits"]}
         assert rows["k1"]["gone_at"] is None and rows["k1"]["submitted_at"] == 200.0
         assert rows["s1"]["gone_at"] == 220.0
+        # a window that ends before s1's wait ended still sees it (open at the end of that window); k1's row
+        # is its new wait now (first seen at 220: after that window)
+        early = {w["unit"]: w for w in history.window_rows(s, 0.0, 150.0)["waits"]}
+        assert set(early) == {"s1"} and early["s1"]["gone_at"] == 220.0
+        # an unchanged pass writes nothing
+        before = s.conn.total_changes
+        history.record_waits(s, [_unit("k1", Scheduler.KUBERNETES, 200.0)], both, 280.0)
+        assert s.conn.total_changes == before
     finally:
         s.close()
