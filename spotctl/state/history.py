@@ -22,7 +22,7 @@ from typing import Any
 
 from spotctl.core.models import WorkUnit
 from spotctl.state.connection import StoreBase
-from spotctl.state.dbfile import loads
+from spotctl.state.dbfile import bad_value, loads
 from spotctl.state.prune import ENDED
 
 #: How long price changes and finished waits are kept (a report reaches back this far at most).
@@ -127,11 +127,29 @@ def window_rows(store: StoreBase, start: float, end: float) -> dict[str, list[di
             a["inputs"] = loads(store.path, "audit", a["seq"], "inputs", a["inputs"])
         passes = q("SELECT seq, started_at, finished_at, status FROM passes WHERE started_at >= ? AND "
                    "started_at <= ? ORDER BY seq", (start, end))
+        _check(store, "prices", prices, "pool", ("at", "price"))
+        _check(store, "waits", waits, "unit", ("submitted_at", "first_seen_at"), optional=("gone_at",))
+        _check(store, "nodes", nodes, "id", ("created_at",), optional=("price",))
+        _check(store, "transitions", transitions, "node_id", ("at",))
+        _check(store, "notices", notices, "id", ("issued_at", "first_seen_at"), optional=("deadline", "delivered_at"))
         return {"nodes": nodes, "transitions": transitions, "prices": prices, "waits": waits, "notices": notices,
                 "reclaims": reclaims, "contract_changes": audit, "passes": passes}
     finally:
         if own:
             c.execute("COMMIT")
+
+
+def _check(store: StoreBase, table: str, rows: list[dict], key: str, required: tuple[str, ...],
+           optional: tuple[str, ...] = ()) -> None:
+    """The numbers a report computes with are finite numbers (None only where the column may be empty): a
+    row edited by hand is named (exit 9), not a traceback half way through the figures."""
+    for r in rows:
+        for col in required + optional:
+            v = r[col]
+            if v is None and col in optional:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise bad_value(store.path, table, r[key], col, v)
 
 
 def last_recorded(store: StoreBase) -> float | None:

@@ -50,3 +50,18 @@ def test_a_wait_ends_when_a_pass_of_its_scheduler_no_longer_sees_it(tmp_path):
         assert s.conn.total_changes == before
     finally:
         s.close()
+
+
+def test_a_price_row_edited_by_hand_is_named(tmp_path):
+    import pytest
+
+    from spotctl.core.errors import StateError
+
+    s = Store.open(tmp_path / "r.db", "r")
+    try:
+        s.conn.execute("INSERT INTO prices (pool, at, price, currency) VALUES ('p', 100.0, 'cheap', 'EUR')")
+        with pytest.raises(StateError, match="prices row 'p' has an unreadable price 'cheap'") as e:
+            history.window_rows(s, 0.0, 1000.0)
+        assert e.value.exit_code == 9
+    finally:
+        s.close()
