@@ -158,6 +158,9 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "launch": ("launch", "app", "Launch spot nodes in a pool now, as an operator action."),
     "drain": ("drain", "app", "Drain a spot node in every scheduler at once (cordon, requeue or evict its work)."),
     "simulate": ("simulate", "app", "Replay hours of the region on a virtual clock and report the outcome."),
+    "report": ("report", "app", ("Report savings against on-demand, demand served and waits, interruptions per pool, "
+                                 "notice SLOs, advisory precision, drill scores and contract degradations over a "
+                                 "window.")),
     "sim": ("sim", "sim_app", "The region's simulator, served over HTTP as the provider contract API."),
     "exercise-reclaim": ("drill", "drill_app", "Rehearse the provider's reclaim on live spot nodes, and score it."),
     "metrics": ("metrics", "app", "Print the region's Prometheus metrics, read from its state database."),

@@ -414,6 +414,7 @@ def _region_from_dict(name: str, d: dict[str, Any], sources: dict[str, Any]) -> 
             boot_seconds=p.get("boot_seconds", POOL_DEFAULTS["boot_seconds"]),
             cleaning_seconds=p.get("cleaning_seconds", POOL_DEFAULTS["cleaning_seconds"]),
             list_price=p.get("price"),
+            on_demand_price=p.get("on_demand_price"),
         )
     return RegionConfig(
         name=name,

@@ -71,6 +71,7 @@ _POOL_SCHEMA = {
     "max_nodes": _int(0, 100_000), "vcpu": _int(1, 100_000), "ram_mb": _int(1, 1 << 32), "gpus": _int(0, 1024),
     "boot_seconds": _secs(DAY), "cleaning_seconds": _secs(DAY),
     "price": _num(lo=0, hi=1e9),  # list price per node-hour, used when the region has no rate-card feed
+    "on_demand_price": _num(lo=0, hi=1e9),  # what the same node costs on demand, per node-hour (spotctl report)
     "kubernetes": {"labels": Key(dict, items=str), "taints": _STRS},
     "slurm": {"partition": _S, "features": _STRS},
 }

@@ -95,6 +95,7 @@ class PoolSpec:
     boot_seconds: int = 120
     cleaning_seconds: int = 0
     list_price: float | None = None  # per node-hour, when no rate-card feed is configured
+    on_demand_price: float | None = None  # per node-hour: what savings are measured against (spotctl report)
 
     def serves(self, unit: "WorkUnit") -> bool:
         """Whether a unit of pending work may run on a node of this pool."""

@@ -188,8 +188,8 @@ def _view(raw: str | None, store: Store) -> dict[str, Any]:
 
 
 def _on_demand(pool: Any) -> float | None:
-    v = getattr(pool, "on_demand_price", None)
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+    v = pool.on_demand_price  # checked where it enters (config): finite and > 0, or None
+    return float(v) if v is not None else None
 
 
 def _drills(store: Store) -> dict[str, int]:

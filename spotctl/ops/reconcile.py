@@ -97,6 +97,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
             result.synced, nodes = sync_nodes(rt, snap)
             result.contract_changes = contract.record_changes(rt, conformance)
             record_pass_view(rt, snap, conformance)
+            _record_history(rt, snap)
         lap = _lap("contract" if dry_run else "contract and node records", lap)
         inp = plan_input(rt, snap, nodes, no_notice=contract.degraded_pools(conformance))
         plan = planned(inp)
@@ -220,3 +221,14 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str],
         if not any(a.kind == "launch" for a in current.actions):
             break
     return outcomes
+
+
+def _record_history(rt: Runtime, snap: Snapshot) -> None:
+    """What `spotctl report` reads and no other row keeps (:mod:`spotctl.state.history`): the prices this
+    pass saw (a row per change) and the pending units' waits (a scheduler not read ends none)."""
+    from spotctl.state import history
+
+    if snap.rate_card is not None:
+        history.record_prices(rt.store, snap.rate_card.prices, snap.rate_card.currency, snap.now)
+    read = {s.name for s in rt.schedulers if f"scheduler:{s.name}" not in snap.degraded}
+    history.record_waits(rt.store, [u for u in snap.units if str(u.scheduler) in read], read, snap.now)

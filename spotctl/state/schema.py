@@ -21,7 +21,7 @@ from spotctl.core.errors import StateError
 from spotctl.core.models import NodeState
 from spotctl.state.dbfile import RESTORE, bad_value, clip, open_error, read_only_error, sqlite_error, writable_dir
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -104,6 +104,18 @@ MIGRATIONS: dict[int, str] = {
     # every node written, and read by nothing
     6: """
     DROP INDEX nodes_state;
+    """,
+    # what `spotctl report` needs and no other table keeps (spotctl.state.history): each pool's price
+    # whenever a pass saw it change, and each pending unit's wait (submit to the pass that no longer saw
+    # it pending); both read by time window, through these indexes
+    7: """
+    CREATE TABLE prices (pool TEXT NOT NULL, at REAL NOT NULL, price REAL NOT NULL, currency TEXT NOT NULL,
+        PRIMARY KEY (pool, at));
+    CREATE INDEX prices_at ON prices(at);
+    CREATE TABLE waits (unit TEXT PRIMARY KEY, scheduler TEXT NOT NULL, submitted_at REAL NOT NULL,
+        first_seen_at REAL NOT NULL, gone_at REAL);
+    CREATE INDEX waits_gone ON waits(gone_at);
+    CREATE INDEX waits_open ON waits(scheduler, unit) WHERE gone_at IS NULL;
     """,
 }
 

@@ -65,6 +65,7 @@ EVERY_COMMAND = {
     ("launch",): (["launch", "--pool", "gp-az1", "--count", "1", "--dry-run"], "ok", 0),
     ("drain",): (["drain", "no-such-node", "--reason", "x"], "error", 5),
     ("simulate",): (["simulate", "--hours", "1"], "ok", 0),
+    ("report",): (["report", "--since", "1h"], "ok", 0),
     ("sim", "status"): (["sim", "status"], "error", 8),  # no `sim serve` running
     ("exercise-reclaim",): (["exercise-reclaim", "--pool", "gp-az1", "--count", "1", "--dry-run"], "error", 6),
     ("exercise-reclaim", "list"): (["exercise-reclaim", "list"], "ok", 0),

@@ -68,8 +68,7 @@ def test_a_simulated_day_exposes_every_family_with_values_that_agree_with_the_re
             continue
         assert f.name in fams, f"{f.name} missing"
         assert fams[f.name]["type"] == f.type
-    empty_here = {"spotctl_on_demand_per_hour", "spotctl_realized_discount_ratio",  # no on-demand price set
-                  "spotctl_drill_score", "spotctl_drills",  # no drill ran
+    empty_here = {"spotctl_drill_score", "spotctl_drills",  # no drill ran
                   "spotctl_relay_transactional", "spotctl_relay_degraded"}  # a simulation runs no relay
     for f in FAMILIES:
         if f.source == "pass" and f.name not in empty_here and f.type == "gauge":
@@ -108,6 +107,16 @@ def test_a_simulated_day_exposes_every_family_with_values_that_agree_with_the_re
     with sqlite3.connect(db) as c:
         priced = c.execute("SELECT sum(price) FROM nodes WHERE state NOT IN ('gone', 'failed', 'lost')").fetchone()[0]
     assert spend == [pytest.approx(priced)]
+    # against the demo pools' on-demand prices: what the same live nodes would cost, and the share saved
+    from spotctl.core.demo import DEMO_POOLS
+
+    od = {name: p["on_demand_price"] for name, p in DEMO_POOLS.items()}
+    with sqlite3.connect(db) as c:
+        live_pools = [r[0] for r in c.execute("SELECT pool FROM nodes WHERE state NOT IN ('gone', 'failed', 'lost')")]
+    [on_demand] = [v for _, _, v in fams["spotctl_on_demand_per_hour"]["samples"]]
+    assert on_demand == pytest.approx(sum(od[p] for p in live_pools))
+    [discount] = [v for _, _, v in fams["spotctl_realized_discount_ratio"]["samples"]]
+    assert discount == pytest.approx(1 - priced / on_demand) and 0 < discount < 1
 
 
 def test_histograms_are_cumulative_and_their_counts_agree(simulated_day):

@@ -1,0 +1,67 @@
+"""What each pass records for `spotctl report` (spotctl.state.history), on a real state database."""
+
+from __future__ import annotations
+
+from spotctl.core.models import Scheduler, Shape, WorkUnit
+from spotctl.state import history
+from spotctl.state.store import Store
+
+
+def _unit(uid: str, sched: Scheduler, submitted: float) -> WorkUnit:
+    return WorkUnit(id=uid, scheduler=sched, shape=Shape(1, 1024, 0), submitted_at=submitted)
+
+
+def test_prices_recorded_once_per_change_and_read_by_window(tmp_path):
+    s = Store.open(tmp_path / "r.db", "r")
+    try:
+        assert history.record_prices(s, {"p": 1.0, "q": 2.0}, "EUR", 100.0) == 2
+        assert history.record_prices(s, {"p": 1.0, "q": 2.0}, "EUR", 160.0) == 0  # unchanged: nothing written
+        assert history.record_prices(s, {"p": 1.5, "q": float("nan")}, "EUR", 220.0) == 1  # a NaN is no price
+        rows = history.window_rows(s, 150.0, 300.0)["prices"]
+        # the change inside the window, and the price in force at its start for each pool
+        assert sorted((r["pool"], r["at"], r["price"]) for r in rows) == [("p", 100.0, 1.0), ("p", 220.0, 1.5),
+                                                                          ("q", 100.0, 2.0)]
+    finally:
+        s.close()
+
+
+def test_a_wait_ends_when_a_pass_of_its_scheduler_no_longer_sees_it(tmp_path):
+    s = Store.open(tmp_path / "r.db", "r")
+    try:
+        both = {"kubernetes", "slurm"}
+        history.record_waits(s, [_unit("k1", Scheduler.KUBERNETES, 50.0), _unit("s1", Scheduler.SLURM, 60.0)],
+                             both, 100.0)
+        # slurm was not read this pass: its unit's wait goes on; k1 is no longer pending: its wait ends now
+        history.record_waits(s, [], {"kubernetes"}, 160.0)
+        rows = {w["unit"]: w for w in history.window_rows(s, 0.0, 1000.0)["waits"]}
+        assert rows["k1"]["gone_at"] == 160.0 and rows["s1"]["gone_at"] is None
+        # requeued: seen pending again, a new wait from its new submit
+        history.record_waits(s, [_unit("k1", Scheduler.KUBERNETES, 200.0)], both, 220.0)
+        rows = {w["unit"]: w for w in history.window_rows(s, 0.0, 1000.0)["waits"]}
+        assert rows["k1"]["gone_at"] is None and rows["k1"]["submitted_at"] == 200.0
+        assert rows["s1"]["gone_at"] == 220.0
+        # a window that ends before s1's wait ended still sees it (open at the end of that window); k1's row
+        # is its new wait now (first seen at 220: after that window)
+        early = {w["unit"]: w for w in history.window_rows(s, 0.0, 150.0)["waits"]}
+        assert set(early) == {"s1"} and early["s1"]["gone_at"] == 220.0
+        # an unchanged pass writes nothing
+        before = s.conn.total_changes
+        history.record_waits(s, [_unit("k1", Scheduler.KUBERNETES, 200.0)], both, 280.0)
+        assert s.conn.total_changes == before
+    finally:
+        s.close()
+
+
+def test_a_price_row_edited_by_hand_is_named(tmp_path):
+    import pytest
+
+    from spotctl.core.errors import StateError
+
+    s = Store.open(tmp_path / "r.db", "r")
+    try:
+        s.conn.execute("INSERT INTO prices (pool, at, price, currency) VALUES ('p', 100.0, 'cheap', 'EUR')")
+        with pytest.raises(StateError, match="prices row 'p' has an unreadable price 'cheap'") as e:
+            history.window_rows(s, 0.0, 1000.0)
+        assert e.value.exit_code == 9
+    finally:
+        s.close()
