@@ -251,7 +251,7 @@ def charts(r: dict) -> list[tuple[str, str]]:
 
     s = r["series"]
     labels = _labels(r)
-    every = max(1, len(labels) // 12)
+    every = max(1, len(labels) // 6)  # six labelled ticks: a half-width chart holds them unrotated
     out = []
     cur = r["cost"]["currency"]
     c = _chart(pygal.Line, f"Spend vs on demand ({cur} per {fmt.duration(s['step_s'])})", fill=False,
