@@ -249,15 +249,16 @@ def pass_gauges(*, now: float, pools: Iterable[str], headroom: Mapping[str, Any]
     return out
 
 
-def spend(nodes: Iterable[tuple[str, float]], on_demand: Mapping[str, float | None]) -> dict[str, float | None]:
-    """Spend per hour of live nodes ``(pool, price)``; the on-demand cost of those whose pool has an on-demand
-    price, the spend of the same nodes, and the realized discount (None without any on-demand price)."""
+def spend(pools: Iterable[tuple[str, int, float]], on_demand: Mapping[str, float | None]) -> dict[str, float | None]:
+    """Spend per hour of the live nodes, given per pool as ``(pool, nodes, sum of their prices)``; the
+    on-demand cost of those whose pool has an on-demand price, the spend of the same nodes, and the realized
+    discount (None without any on-demand price)."""
     total = compared = od = 0.0
-    for pool, price in nodes:
+    for pool, n, price in pools:
         total += price
         ref = on_demand.get(pool)
         if ref is not None:
-            od += ref
+            od += ref * n
             compared += price
     return {"spend": total, "on_demand": od if od > 0 else None, "compared_spend": compared,
             "discount": (1.0 - compared / od) if od > 0 else None}

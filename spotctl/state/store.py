@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import sqlite3
 import uuid
@@ -217,6 +218,20 @@ class Store(AuditLog, RegionLock, Memory, Prune):
             args = LIVE
         return [_node(r, self.path) for r in self.conn.execute(sql + " ORDER BY id", args)]
 
+    def live_node_summary(self) -> list[tuple[str, str, int, float]]:
+        """(pool, state, live nodes, sum of their prices) per pool and live state: one scan of the live states'
+        ranges of the state index, no row turned into a Node (the metrics at 100k nodes)."""
+        from spotctl.state.prune import LIVE
+
+        out = []
+        for pool, state, n, price in self.conn.execute(
+                f"SELECT pool, state, count(*), total(price) FROM nodes WHERE state IN ({','.join('?' * len(LIVE))}) "
+                "GROUP BY pool, state ORDER BY pool, state", LIVE):
+            if not isinstance(n, int) or not isinstance(price, float) or not math.isfinite(price):
+                raise bad_value(self.path, "nodes", f"{pool}/{state}", "price", price)
+            out.append((str(pool), str(state), n, price))
+        return out
+
     def node(self, node_id: str) -> Node:
         r = self.conn.execute("SELECT * FROM nodes WHERE id=?", (node_id,)).fetchone()
         if r is None:
@@ -258,7 +273,7 @@ class Store(AuditLog, RegionLock, Memory, Prune):
         within each table, as those calls one node at a time, written with one ``executemany`` per table
         and chunk (:func:`spotctl.state.bulk.adoption_rows`). Each node is changed as :meth:`transition`
         changes it."""
-        from spotctl.state.bulk import AuditRows, EventRows, adoption_rows
+        from spotctl.state.bulk import AuditRows, adoption_rows
 
         events = self._events()
         with self.tx() as c:
