@@ -43,24 +43,22 @@ def service_login(config, region_name: str | None, verb: str):
     return ident
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        d = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name,
-             "msg": record.getMessage()}
-        if record.exc_info:
-            d["exc"] = self.formatException(record.exc_info)
-        return json.dumps(d)
+def setup_logging(fmt: str, level: int):
+    """stderr, as JSON lines for journald (``--log-format json``) or plain lines: the formatters the
+    ``spotctl`` CLI uses too (:mod:`spotctl.logsetup`)."""
+    from spotctl.logsetup import JsonFormatter, LineFormatter, RegionFilter
 
-
-def setup_logging(fmt: str, level: int) -> None:
     h = logging.StreamHandler(sys.stderr)
-    h.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    h.setFormatter(JsonFormatter() if fmt == "json" else LineFormatter())
+    region = RegionFilter()  # every line names the region once it is known
+    h.addFilter(region)
     root = logging.getLogger()
     root.handlers[:] = [h]
     root.setLevel(level)
     from spotctl.wiring import quiet_libraries
 
     quiet_libraries(level)
+    return region
 
 
 def _seconds(text: str) -> float:
@@ -103,7 +101,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="config file (same as SPOTCTL_CONFIG)")
     p.add_argument("--state-dir", help="state directory (default: $XDG_STATE_HOME/spotctl)")
     p.add_argument("--dry-run", action="store_true", help="observe and plan, act on nothing")
-    p.add_argument("--log-format", choices=("plain", "json"), default=os.environ.get("SPOTCTL_LOG_FORMAT", "plain"))
+    p.add_argument("--log-format", choices=("plain", "json"), default=None,
+                   help="plain lines, or JSON lines for journald (default: $SPOTCTL_LOG_FORMAT, else plain)")
     p.add_argument("--metrics-file", help="pass: write the region's Prometheus metrics here after the pass "
                    "(atomically; for node_exporter's textfile collector)")
     p.add_argument("--metrics-listen", type=_listen, metavar="[HOST:]PORT",
@@ -113,7 +112,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.log_format is None:  # the environment's value is checked as a flag's is (argparse leaves defaults be)
+        chosen = os.environ.get("SPOTCTL_LOG_FORMAT", "").strip().lower() or "plain"
+        if chosen not in ("plain", "json"):
+            p.error(f"SPOTCTL_LOG_FORMAT must be plain or json, got {chosen[:60]!r}")
+        args.log_format = chosen
     import signal
 
     from spotctl.core.errors import Terminated
@@ -122,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, on_term)
-    setup_logging(args.log_format, logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING)
+    region_filter = setup_logging(args.log_format, logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING)
     if args.metrics_file and (why := _check_metrics_file(args.metrics_file)):
         log.error("%s", why)
         return int(ExitCode.USAGE)
@@ -135,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.config:
             env["SPOTCTL_CONFIG"] = args.config
         config = load_config(env=env, host=True, flags={"default_region": args.region, "state_dir": args.state_dir})
+        region_filter.region = args.region or config.default_region
         if not args.verbose:  # -v/-vv win; else the configured log_level (SPOTCTL_LOG_LEVEL)
             logging.getLogger().setLevel(config.log_level.upper())
         identity = service_login(config, args.region, "watch" if args.mode == "watch" else "reconcile")
