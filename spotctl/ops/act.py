@@ -20,7 +20,7 @@ from spotctl.core.errors import CapacityError, SpotctlError, TemporaryError, Usa
 from spotctl.core.models import Instance, Node, NodeState, OutcomeStatus
 
 from .drain import drain_batch, each_scheduler, node_for, run_cordon, run_drain, run_protect, run_uncordon
-from .outcome import Outcome, audit_action, record_intent
+from .outcome import Outcome, audit_action, finish_action, record_intent
 from .runtime import Runtime
 from .sync import remember_full
 
@@ -41,7 +41,7 @@ def execute(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
         return runners[action.kind](rt, action, plan_id)
     except SpotctlError as e:
         log.warning("action %s (%s) failed: %s", action.id, action.kind, e.message)
-        rt.store.finish_action(action.id, "failed", e.message, rt.now())
+        finish_action(rt, action.id, str(action.kind), "failed", e.message, rt.now(), pool=action.pool, node=action.node)
         return Outcome(action.id, str(action.kind), OutcomeStatus.FAILED, e.message, pool=action.pool,
                        node=action.node)
 
@@ -111,8 +111,8 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     with store.tx():
         if created is not None:
             _record_created(rt, pool, *created)
-        store.finish_action(action.id, "done" if out.status is OutcomeStatus.OK else out.status, out.detail or "ok",
-                            rt.now())
+        finish_action(rt, action.id, "launch", "done" if out.status is OutcomeStatus.OK else out.status,
+                      out.detail or f"{out.done} of {action.count} launched", rt.now(), pool=action.pool)
     rt.progress(f"launch {action.pool}: {out.done}/{action.count} ({out.status})")
     return out
 
@@ -211,14 +211,17 @@ def resume(rt: Runtime) -> list[Outcome]:
                 made = rt.store.conn.execute("SELECT COUNT(*) FROM nodes WHERE action_id >= ? AND action_id < ? AND "
                                              "instance_id IS NOT NULL", span).fetchone()[0]
                 status = "done" if made == (a["count"] or 0) else "partial"
-                rt.store.finish_action(a["id"], status, f"resumed: {made} of {a['count']} instance(s) exist", rt.now())
+                finish_action(rt, a["id"], kind, status, f"resumed: {made} of {a['count']} instance(s) exist", rt.now(),
+                              pool=a["pool"])
             continue
         if found is None:
-            rt.store.finish_action(a["id"], "failed", f"resumed: node {a['node']!r} is not in the store", rt.now())
+            finish_action(rt, a["id"], kind, "failed", f"resumed: node {a['node']!r} is not in the store", rt.now(),
+                          pool=a["pool"], node=a["node"])
             continue
         if kind in ("drain", "cordon", "uncordon", "protect"):
             if not found.live:
-                rt.store.finish_action(a["id"], "skipped", f"resumed: node {found.id} is {found.state}", rt.now())
+                finish_action(rt, a["id"], kind, "skipped", f"resumed: node {found.id} is {found.state}", rt.now(),
+                              pool=found.pool, node=found.id)
                 continue
             outs.append(execute(rt, _from_row(a, found.notice_deadline), a["plan_id"]))
         elif kind == "delete":
@@ -226,12 +229,14 @@ def resume(rt: Runtime) -> list[Outcome]:
                                                                        and not found.instance_id):
                 with rt.store.tx():
                     audit_action(rt, _from_row(a, None), found.id, "ok", instance_id=found.instance_id, resumed=True)
-                rt.store.finish_action(a["id"], "done", f"resumed: instance delete accepted ({found.state})", rt.now())
+                finish_action(rt, a["id"], kind, "done", f"resumed: instance delete accepted ({found.state})", rt.now(),
+                              pool=found.pool, node=found.id)
             elif found.state is not NodeState.DELETING:
                 outs.append(execute(rt, _from_row(a, found.notice_deadline), a["plan_id"]))
             # a DELETING node whose delete failed above stays intended for the next pass
         else:
-            rt.store.finish_action(a["id"], "failed", f"resumed: unknown action kind {kind!r}", rt.now())
+            finish_action(rt, a["id"], str(kind), "failed", f"resumed: unknown action kind {kind!r}", rt.now(),
+                          pool=a["pool"], node=a["node"])
     return outs
 
 
@@ -255,7 +260,7 @@ def _delete(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     if node.instance_id is None:
         with rt.store.tx():
             audit_action(rt, action, node.id, "ok", never_created=True)
-        rt.store.finish_action(action.id, "done", "never created", rt.now())
+        finish_action(rt, action.id, "delete", "done", "never created", rt.now(), pool=node.pool, node=node.id)
         return Outcome(action.id, "delete", OutcomeStatus.OK, "never created", pool=node.pool, node=node.id)
     rt.cloud.delete_instance(node.instance_id)  # raises: the action fails, the node stays deleting (resumed)
     fan = each_scheduler(rt, node, lambda s: s.forget(node.id, action.reason))
@@ -264,7 +269,7 @@ def _delete(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     with rt.store.tx():
         audit_action(rt, action, node.id, result, instance_id=node.instance_id, instance_delete="accepted",
                **fan.evidence())
-    rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "instance delete accepted",
-                           rt.now())
+    finish_action(rt, action.id, "delete", "done" if fan.ok else result, fan.problems() or "instance delete accepted",
+                  rt.now(), pool=node.pool, node=node.id)
     rt.progress(f"delete {node.id}: {result}")
     return Outcome(action.id, "delete", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())

@@ -15,7 +15,7 @@ from spotctl.core.errors import NotFoundError, SpotctlError, UsageError
 from spotctl.core.lifecycle import bound_schedulers
 from spotctl.core.models import DrainProgress, Node, NodeState, OutcomeStatus
 
-from .outcome import Outcome, audit_action, record_intent
+from .outcome import Outcome, audit_action, finish_action, record_intent
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Out
                                        if forced else ""))
         # the action's status in the outcome's transaction: one commit per node, never a recorded round
         # whose action still says running
-        rt.store.finish_action(action.id, "done" if fan.ok else result, detail, now)
+        finish_action(rt, action.id, "drain", "done" if fan.ok else result, detail, now, pool=node.pool, node=node.id)
     rt.progress(f"drain {node.id}: {result} ({detail})")
     return Outcome(action.id, "drain", result, fan.problems(), pool=node.pool, node=node.id, data=evidence)
 
@@ -211,7 +211,8 @@ def _set_cordon(rt: Runtime, action: Action, plan_id: str | None, cordon: bool) 
         elif node.state is NodeState.BUILDING and fan.ok:
             rt.store.update_node(node, cordoned=cordon)
         audit_action(rt, action, node.id, result, **fan.evidence())
-        rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
+        finish_action(rt, action.id, str(action.kind), "done" if fan.ok else result, fan.problems() or "ok", now,
+                      pool=node.pool, node=node.id)
     return Outcome(action.id, str(action.kind), result, fan.problems(), pool=node.pool, node=node.id,
                    data=fan.evidence())
 
@@ -229,5 +230,6 @@ def run_protect(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
         if fan.ok:
             rt.store.update_node(node, protected_until=until, protect_closed=closed and until is not None)
         audit_action(rt, action, node.id, result, until=until, closed=closed, **fan.evidence())
-    rt.store.finish_action(action.id, "done" if fan.ok else result, fan.problems() or "ok", now)
+    finish_action(rt, action.id, "protect", "done" if fan.ok else result, fan.problems() or "ok", now,
+                  pool=node.pool, node=node.id)
     return Outcome(action.id, "protect", result, fan.problems(), pool=node.pool, node=node.id, data=fan.evidence())

@@ -3,6 +3,7 @@ row committed before the side effect, and its audit record. Shared by ``act`` an
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,8 @@ from spotctl.core.actions import Action
 from spotctl.core.models import OutcomeStatus
 
 from .runtime import Runtime
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,3 +52,17 @@ def record_intent(rt: Runtime, action: Action, plan_id: str | None, **kw) -> boo
 def audit_action(rt: Runtime, action: Action, target: str, result: str, **extra) -> None:
     rt.store.audit(actor=rt.actor, action=f"node.{action.kind}", target=target, result=result,
                    inputs={**action.inputs, "reason": action.reason, "action_id": action.id, **extra}, at=rt.now())
+
+
+def finish_action(rt: Runtime, action_id: str, kind: str, status: str, detail: str, at: float, *,
+                  pool: str | None = None, node: str | None = None) -> None:
+    """Record an action's outcome (its row's status and result) and, once that is committed, say it in one
+    INFO log line carrying the action id, kind, pool or node and result (the one line per action that
+    journald and the run's log file keep)."""
+    rt.store.finish_action(action_id, status, detail, at)
+    where = f" {pool}" if pool else ""
+    where += f" {node}" if node else ""
+    extra = {"region": rt.region.name, "action_id": action_id, "kind": kind, "pool": pool, "node": node,
+             "result": status}
+    rt.store.after_commit(lambda: log.info("action %s %s%s: %s%s", action_id, kind, where, status,
+                                           f" ({detail})" if detail and detail != status else "", extra=extra))

@@ -104,6 +104,7 @@ class StoreBase:
         #: the pass row the last ``start_pass`` wrote (set inside its transaction: an interrupt before it
         #: returns still leaves the caller the row to close)
         self.started_pass: int | None = None
+        self._on_commit: list = []  # after_commit(): what runs once the write transaction is committed
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -123,6 +124,7 @@ class StoreBase:
             self.check_identity()  # commit-critical: never commit into a file that is no longer the region's
         except BaseException:
             self._in_tx = False
+            self._on_commit.clear()
             self._rolled_back()
             # SQLite may have rolled back itself (a full disk, an I/O error); the connection may be closed
             # already (a signal's cleanup closed the store while this transaction's frame was unwound)
@@ -132,7 +134,18 @@ class StoreBase:
             raise
         else:
             self._in_tx = False
+            done, self._on_commit = self._on_commit, []  # a failed COMMIT drops them too
             self.conn.execute("COMMIT")
+            for fn in done:
+                fn()
+
+    def after_commit(self, fn) -> None:
+        """Run ``fn()`` once what the current write transaction wrote is committed (at once outside one;
+        never when it is rolled back): a log line that says an outcome was recorded is written only then."""
+        if self._in_tx:
+            self._on_commit.append(fn)
+        else:
+            fn()
 
     def _pre_commit(self) -> None:
         """What a part of the store writes last in each write transaction, just before it commits (the
