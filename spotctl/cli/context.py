@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -23,6 +24,7 @@ class AppState:
     verbosity: int = 0
     quiet: bool = False
     debug: bool = False
+    log_format: str = "plain"  # plain | json (--log-format, SPOTCTL_LOG_FORMAT): how stderr's lines look
     config_path: str | None = None
     state_dir: str | None = None
     command: str = ""
@@ -31,13 +33,15 @@ class AppState:
     identity: Identity | None = None  # who runs the command, when the region has [identity] (issue 15)
     _authorized: str | None = None  # the region whose identity was checked
     cleanups: list[Callable[[], object]] = field(default_factory=list)
+    log_file: Path | None = None  # this run's DEBUG log file (named when the command fails)
+    _log_handlers: tuple | None = None  # (stderr handler, file handler or None, region filter)
 
     def setup_logging(self, configured: str | None = None) -> None:
-        """Logging, set up once per process at the entry point: stderr, with a prefix. The level is
-        -v/-vv/--debug/-q when given, else the configured ``log_level`` (SPOTCTL_LOG_LEVEL)."""
+        """Logging, set up once per run at the entry point: stderr, with a prefix (or JSON lines with
+        ``--log-format json``), at -v/-vv/--debug/-q when given, else the configured ``log_level``
+        (SPOTCTL_LOG_LEVEL); and every DEBUG record in this run's log file (:meth:`open_log_file`). Called
+        again once the config is read (its level, and the region every record then names)."""
         import logging
-
-        from .logs import LibraryFormatter, StderrHandler
 
         if self.debug or self.verbosity >= 2:
             level = logging.DEBUG
@@ -48,15 +52,89 @@ class AppState:
         else:
             level = getattr(logging, (configured or "warning").upper(), logging.WARNING)
         root = logging.getLogger()
-        if not any(getattr(h, "_spotctl", False) for h in root.handlers):
+        if self._log_handlers is None:
+            from spotctl.logsetup import JsonFormatter, RegionFilter
+
+            from .logs import LibraryFormatter, StderrHandler
+
             h = StderrHandler()
-            h.setFormatter(LibraryFormatter())
+            h.setFormatter(JsonFormatter() if self.log_format == "json" else LibraryFormatter())
             h._spotctl = True  # type: ignore[attr-defined]
+            region = RegionFilter()
+            h.addFilter(region)
+            for old in [x for x in root.handlers if getattr(x, "_spotctl", False) or getattr(x, "_spotctl_file", False)]:
+                root.removeHandler(old)  # an earlier in-process run's (a test's, never closed)
+                if getattr(old, "_spotctl_file", False):
+                    _close_file(old)
             root.addHandler(h)
-        root.setLevel(level)
+            file_handler = self.open_log_file(region)
+            self._log_handlers = (h, file_handler, region)
+            self.cleanups.append(self.close_log)
+        h, file_handler, region = self._log_handlers
+        h.setLevel(level)
+        root.setLevel(logging.DEBUG if file_handler is not None else level)
+        if self._config is not None:
+            region.region = self.region or self._config.default_region
         from spotctl.wiring import quiet_libraries
 
         quiet_libraries(level)
+
+    def open_log_file(self, region_filter):
+        """This run's DEBUG log file under ``$XDG_STATE_HOME/spotctl/logs`` (the last 10 kept, as pipx does),
+        its first lines what ran; None, after one warning, when the directory cannot be written (the
+        command goes on without one)."""
+        import logging
+        import platform
+
+        from spotctl import __version__
+        from spotctl.logsetup import LineFormatter, log_dir, open_run_log, redacted_argv
+
+        try:
+            self.log_file, stream = open_run_log(log_dir())
+        except OSError as e:
+            logging.getLogger("spotctl").warning("no log file for this run: %s: %s", log_dir(), e.strerror or e)
+            return None
+        fh = logging.StreamHandler(stream)
+        fh.setFormatter(LineFormatter(timestamps=True))
+        fh.setLevel(logging.DEBUG)
+        fh.addFilter(region_filter)
+        fh._spotctl_file = True  # type: ignore[attr-defined]
+        logging.getLogger().addHandler(fh)
+        fh.handle(logging.makeLogRecord({
+            "name": "spotctl", "levelno": logging.DEBUG, "levelname": "DEBUG",
+            "msg": "spotctl %s (python %s, pid %d): %s", "args": (
+                __version__, platform.python_version(), os.getpid(),
+                " ".join(["spotctl", *redacted_argv(sys.argv[1:])]))}))
+        return fh
+
+    def log_to_file(self, level: int, msg: str, *args, exc: BaseException | None = None) -> None:
+        """A record for this run's log file only (the error site's: what stderr already told, with its
+        traceback)."""
+        import logging
+
+        fh = self._log_handlers[1] if self._log_handlers else None
+        if fh is None:
+            return
+        record = logging.makeLogRecord({"name": "spotctl", "levelno": level, "levelname": logging.getLevelName(level),
+                                        "msg": msg, "args": args})
+        if exc is not None:
+            record.exc_info = (type(exc), exc, exc.__traceback__)
+        try:
+            fh.handle(record)
+        except Exception:
+            pass
+
+    def close_log(self) -> None:
+        import logging
+
+        if self._log_handlers is None:
+            return
+        h, fh, _ = self._log_handlers
+        root = logging.getLogger()
+        if fh is not None:
+            root.removeHandler(fh)
+            _close_file(fh)
+        root.setLevel(h.level)  # no DEBUG records made for nobody after the run
 
     def config(self) -> Config:
         if self._config is None:
@@ -134,12 +212,32 @@ class AppState:
         return self._runtime
 
     def progress(self, message: str) -> None:
-        if not self.quiet:
+        import logging
+
+        self.log_to_file(logging.INFO, "%s", message)
+        if self.quiet:
+            return
+        if self.log_format == "json":
+            import time
+
+            from spotctl.logsetup import JsonFormatter
+
+            region = self._log_handlers[2].region if self._log_handlers else None
+            record = logging.makeLogRecord({"name": "spotctl.progress", "levelno": logging.INFO, "levelname": "INFO",
+                                            "msg": message, "created": time.time(), "region": region})
+            print(JsonFormatter().format(record), file=sys.stderr, flush=True)
+        else:
             print(f"spotctl: {message}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         while self.cleanups:
             self.cleanups.pop()()
+
+
+def _close_file(handler) -> None:
+    """Close a run log's handler and its file (a StreamHandler leaves its stream open)."""
+    handler.close()
+    handler.stream.close()
 
 
 #: Commands that find out who is logged in themselves (and need no role for it).

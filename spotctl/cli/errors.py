@@ -154,10 +154,13 @@ def report(ctx: click.Context, e: SpotctlError, *, exc: BaseException | None = N
                         exit_code=int(e.exit_code), errors=[e.to_dict()])
         except OutputError:
             pass
-    if prefix:
+    import logging
+
+    obj.log_to_file(logging.ERROR, "%s%s", e.message, f" (hint: {e.hint})" if e.hint else "", exc=exc or e)
+    if prefix:  # interrupted, terminated: the one line scripts and signal tests know, the log file has the rest
         sys.stderr.write(f"{prefix}{e.message}\n")
-    else:
-        render.error(e.message, e.hint)
+    else:  # the same line with --log-format json: the error's words are the CLI's contract (-o json has the envelope)
+        render.error(e.message, e.hint, log=f" (log: {obj.log_file})" if obj.log_file is not None else "")
 
 
 def report_early(argv: list[str], e: SpotctlError, commands: Iterable[str] = ()) -> None:

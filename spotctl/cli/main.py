@@ -43,10 +43,16 @@ lines and warnings; -v adds info records (what each source returned, with
 counts and times; each phase of the pass and its time; the plan's actions by
 kind); -vv or --debug adds debug records (each planned action; the libraries'
 own debug lines, such as the HTTP requests of the real adapters); -q leaves
-errors only.
+errors only. --log-format json (or SPOTCTL_LOG_FORMAT=json) writes those lines
+as JSON objects, one a line (ts, level, logger, msg, region, action_id...), for
+journald or jq.
 
-The global options (-o, -r/--region, -v, -q, --debug, --config, --state-dir)
-work after the command too: spotctl status -o json -v.
+Every run that does work also writes all its debug lines to a log file of its
+own under $XDG_STATE_HOME/spotctl/logs (~/.local/state/spotctl/logs; the last
+10 are kept); a command that fails names it: spotctl: error: ... (log: PATH).
+
+The global options (-o, -r/--region, -v, -q, --debug, --log-format, --config,
+--state-dir) work after the command too: spotctl status -o json -v.
 
 Exit codes: 0 ok, 1 unexpected, 2 usage, 3 config, 4 auth, 5 not found,
 6 refused, 7 partial, 8 backend unavailable, 9 state database, 10 output not writable,
@@ -60,13 +66,18 @@ class OutputFormat(str, Enum):
     yaml = "yaml"
 
 
-GLOBAL_VALUE_OPTS = {"-o", "--output", "-r", "--region", "--config", "--state-dir"}
+class LogFormat(str, Enum):
+    plain = "plain"
+    json = "json"
+
+
+GLOBAL_VALUE_OPTS = {"-o", "--output", "-r", "--region", "--config", "--state-dir", "--log-format"}
 GLOBAL_FLAG_OPTS = {"-v", "--verbose", "-q", "--quiet", "--debug"}
 
 
 #: The last lines of every sub-command's --help (set in one place, SpotctlGroup.get_command).
 GLOBAL_EPILOG = ("Global options work after the command too: -o/--output, -r/--region, -v/-vv, -q, --debug, "
-                 "--config, --state-dir (see `spotctl --help`).")
+                 "--log-format, --config, --state-dir (see `spotctl --help`).")
 
 
 class UsageArgument(TyperArgument):
@@ -321,6 +332,9 @@ def main(
         "-vv debug (each planned action, the libraries' debug lines)."), show_default=False)] = 0,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Errors only on stderr: no progress, no warnings.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="The debug log (as -vv), and the traceback of any error.")] = False,
+    log_format: Annotated[LogFormat, typer.Option(
+        "--log-format", help="How log lines on stderr look: plain, or json (one JSON object a line, for journald).",
+        envvar="SPOTCTL_LOG_FORMAT", show_envvar=True, case_sensitive=False)] = LogFormat.plain,
     config: Annotated[Optional[str], typer.Option(
         "--config", help="Config file to use instead of the user file (same as SPOTCTL_CONFIG).",
         show_default=False)] = None,
@@ -333,7 +347,7 @@ def main(
     if getattr(source, "name", None) == "ENVIRONMENT":
         region = None  # SPOTCTL_REGION, not a flag: the config loader reads it as the environment layer
     ctx.obj = AppState(output=output.value if output else None, region=region, verbosity=verbose, quiet=quiet, debug=debug,
-                       config_path=config, state_dir=state_dir)
+                       log_format=log_format.value, config_path=config, state_dir=state_dir)
 
 
 

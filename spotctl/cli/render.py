@@ -103,10 +103,11 @@ def console(stderr: bool = False):
 MAX_MESSAGE = 1000  # characters of an error line: echoed input is cut, never a 100 KB line on stderr
 
 
-def error(message: str, hint: str | None = None) -> None:
+def error(message: str, hint: str | None = None, log: str = "") -> None:
+    """``spotctl: error: MESSAGE`` (then ``(log: PATH)``, the run's log file, when it has one) and the hint."""
     if len(message) > MAX_MESSAGE:
         message = message[:MAX_MESSAGE] + f"… ({len(message) - MAX_MESSAGE} more characters)"
-    sys.stderr.write(f"spotctl: error: {message}\n")
+    sys.stderr.write(f"spotctl: error: {message}{log}\n")
     if hint:
         sys.stderr.write(f"spotctl: hint: {hint}\n")
     sys.stderr.flush()

@@ -191,14 +191,17 @@ def test_log_level_from_the_environment_is_applied_and_checked(cli, monkeypatch)
 
     from spotctl.cli.context import AppState
 
+    def stderr_level() -> int:  # the level of stderr's handler (the root logger is at DEBUG: the run's log file)
+        return next(h for h in logging.getLogger().handlers if getattr(h, "_spotctl", False)).level
+
     monkeypatch.setenv("SPOTCTL_LOG_LEVEL", "info")
     AppState().config()
-    assert logging.getLogger().level == logging.INFO  # the configured level is the one in force
+    assert stderr_level() == logging.INFO  # the configured level is the one in force
     AppState(quiet=True).config()
-    assert logging.getLogger().level == logging.ERROR  # a flag wins over the configuration
+    assert stderr_level() == logging.ERROR  # a flag wins over the configuration
     monkeypatch.setenv("SPOTCTL_LOG_LEVEL", "error")
     AppState(verbosity=2).config()
-    assert logging.getLogger().level == logging.DEBUG
+    assert stderr_level() == logging.DEBUG
     logging.getLogger().setLevel(logging.WARNING)
     bad = cli("-o", "json", "plan", env={"SPOTCTL_LOG_LEVEL": "chatty"})
     assert bad.code == 3 and bad.json["errors"][0]["details"]["key"] == "log_level"

@@ -237,10 +237,18 @@ def _device_login(region: Path, oidc, user: str) -> dict:
 
 def test_no_token_or_secret_in_any_output_debug_included(region, tmp_path):
     outputs = []
+    logs = Path(os.environ["XDG_STATE_HOME"]) / "spotctl" / "logs"
+    seen: set[Path] = set()
 
     def go(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
         p = run(region, *args, "--debug", env=env)
         outputs.append(p.stdout + p.stderr)
+        # and each run's DEBUG log file (read after each run: only the last 10 are kept)
+        new = sorted(set(logs.glob("cmd_*.log")) - seen) if logs.is_dir() else []
+        assert len(new) <= 1, (args, new)
+        for f in new:
+            seen.add(f)
+            outputs.append(f.read_text())
         return p
 
     assert go("login", "--client-credentials", "--client-id", "spot-ci", "--secret-file",
@@ -256,8 +264,9 @@ def test_no_token_or_secret_in_any_output_debug_included(region, tmp_path):
     go("login", "--client-credentials", "--client-id", "spot-ci", "--secret-file", str(tmp_path / "missing"))
     text = "\n".join(outputs)
     assert "Traceback" not in text or token not in text
+    assert len(seen) > 10 and " DEBUG " in text  # the log files were read, with their debug lines
     for secret in (token, token.split(".")[1][:24], token.split(".")[2][:24], *SECRETS.values()):
-        assert secret not in text, "a token or secret leaked into the output"
+        assert secret not in text, "a token or secret leaked into the output or a log file"
 
 
 def test_a_reconciler_whose_role_lacks_the_pass_is_refused_and_audited(region):
