@@ -135,8 +135,10 @@ def verify(ctx: typer.Context, state_db: StateDb = None,
     status = render.ResultStatus.OK if result["ok"] else render.ResultStatus.FAILED
     render.emit(st.fmt(), "audit verify", result, status=status, exit_code=code, table=_verify_table)
     if result["checkpoint"]["problem"]:
-        sys.stderr.write(f"spotctl: warning: the verify checkpoint could not be saved "
-                         f"({result['checkpoint']['problem']}): the next verify walks these records again\n")
+        import logging  # a warning as every other (JSON with --log-format json, in the run's log file too)
+
+        logging.getLogger("spotctl").warning("the verify checkpoint could not be saved (%s): the next verify walks "
+                                             "these records again", result["checkpoint"]["problem"])
     if not result["local_ok"]:
         bad = result["first_bad"]
         render.error(f"audit chain broken at record {bad['id'] or '(gone)'} (seq {bad['seq']}): {bad['reason']}",

@@ -67,6 +67,8 @@ class AppState:
                 if getattr(old, "_spotctl_file", False):
                     _close_file(old)
             root.addHandler(h)
+            h.setLevel(level)
+            root.setLevel(level)  # a warning that no log file can be written obeys -q as any other
             file_handler = self.open_log_file(region)
             self._log_handlers = (h, file_handler, region)
             self.cleanups.append(self.close_log)
@@ -107,6 +109,20 @@ class AppState:
                 " ".join(["spotctl", *redacted_argv(sys.argv[1:])]))}))
         return fh
 
+    def log_file_level(self, level: int, why: str) -> None:
+        """From now on the run's log file keeps records of ``level`` and above only (with ``why`` said in it),
+        and records below both it and stderr's level are not even made: for a command whose work is thousands
+        of passes (``simulate``), whose debug lines would cost more than they tell."""
+        import logging
+
+        if self._log_handlers is None or self._log_handlers[1] is None:
+            return
+        h, fh, _ = self._log_handlers
+        self.log_to_file(logging.INFO, "%s: this file keeps %s records and above from here on",
+                         why, logging.getLevelName(level))
+        fh.setLevel(level)
+        logging.getLogger().setLevel(min(h.level, level))
+
     def log_to_file(self, level: int, msg: str, *args, exc: BaseException | None = None) -> None:
         """A record for this run's log file only (the error site's: what stderr already told, with its
         traceback)."""
@@ -134,6 +150,7 @@ class AppState:
         if fh is not None:
             root.removeHandler(fh)
             _close_file(fh)
+            self._log_handlers = (h, None, self._log_handlers[2])  # nothing more goes to the closed file
         root.setLevel(h.level)  # no DEBUG records made for nobody after the run
 
     def config(self) -> Config:

@@ -77,10 +77,9 @@ def status(
 
 
 def _warn(message: str) -> None:
-    import sys
+    import logging  # a warning as every other (JSON with --log-format json, in the run's log file too)
 
-    sys.stderr.write(f"spotctl: warning: {message}\n")
-    sys.stderr.flush()
+    logging.getLogger("spotctl").warning("%s", message)
 
 
 def _served(console, r: dict) -> None:

@@ -49,7 +49,7 @@ def test_cli_json_lines_parse_and_each_action_has_its_line_with_its_id():
     p = run("--log-format", "json", "-v", "reconcile", "-o", "json")
     assert p.returncode == 0, p.stderr
     lines = json_lines(p.stderr)  # every stderr line, progress included, is a JSON object
-    assert all(d.get("region") == "demo" for d in lines if d["logger"] != "spotctl.progress" or "region" in d)
+    assert {d.get("region") for d in lines} == {"demo"} and any(d["logger"] == "spotctl.progress" for d in lines)
     acted = [d for d in lines if "action_id" in d]
     assert acted and all(d["level"] == "info" and d["kind"] and d["result"] and (d.get("pool") or d.get("node"))
                          for d in acted)
@@ -123,7 +123,7 @@ def test_rotation_keeps_the_last_ten(tmp_path):
 
 
 def test_help_version_and_completion_write_no_log_file():
-    for args in (["--help"], ["status", "--help"], ["version"], ["--version"], []):
+    for args in (["--help"], ["status", "--help"], ["exercise-reclaim", "--help"], ["version"], []):
         run(*args)
     run(env={"_SPOTCTL_COMPLETE": "complete_bash", "COMP_WORDS": "spotctl st", "COMP_CWORD": "1"})
     assert not logs_dir().exists()
@@ -137,6 +137,8 @@ def test_a_log_directory_that_cannot_be_written_warns_once_and_the_command_works
     assert p.stderr.count("warning") == 1 and "no log file for this run" in p.stderr, p.stderr
     p = run("drain", "nope", "--reason", "x")
     assert p.returncode == 5 and "(log:" not in p.stderr
+    p = run("-q", "status", "-o", "json")
+    assert p.returncode == 0 and p.stderr == ""  # -q: errors only
 
 
 def test_no_secret_from_the_command_line_reaches_the_log():
@@ -179,3 +181,13 @@ def test_an_outcome_line_is_written_only_once_its_record_is_committed(tmp_path):
     finally:
         store.close()
     assert said == ["kept", "outside"] and status == {"kept": "done", "undone": "intended"}
+
+
+def test_a_simulation_keeps_its_log_file_small():
+    p = run("simulate", "--hours", "2", "-o", "json")  # 120 virtual passes
+    assert p.returncode == 0, p.stderr
+    (log,) = log_files()
+    text = log.read_text()
+    assert "this file keeps WARNING records and above" in text
+    assert " spotctl.ops." not in text, "no virtual pass's info or debug line"
+    assert len(text.splitlines()) < 20
