@@ -103,11 +103,29 @@ def console(stderr: bool = False):
 MAX_MESSAGE = 1000  # characters of an error line: echoed input is cut, never a 100 KB line on stderr
 
 
-def error(message: str, hint: str | None = None, log: str = "") -> None:
-    """``spotctl: error: MESSAGE`` (then ``(log: PATH)``, the run's log file, when it has one) and the hint."""
+def error(message: str, hint: str | None = None, log: str | None = None) -> None:
+    """``spotctl: error: MESSAGE`` (then ``(log: PATH)``, the run's log file, when it has one) and the hint.
+    Without ``log`` (a command that ends failed with its result), the run's file is looked up, and told."""
+    if log is None:
+        log = _told_in_run_log(message, hint)
     if len(message) > MAX_MESSAGE:
         message = message[:MAX_MESSAGE] + f"… ({len(message) - MAX_MESSAGE} more characters)"
     sys.stderr.write(f"spotctl: error: {message}{log}\n")
     if hint:
         sys.stderr.write(f"spotctl: hint: {hint}\n")
     sys.stderr.flush()
+
+
+def _told_in_run_log(message: str, hint: str | None) -> str:
+    """`` (log: PATH)`` of the running command's log file, the error written in it; "" without one."""
+    import logging
+
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    path = getattr(obj, "log_file", None)
+    if obj is None or path is None:
+        return ""
+    obj.log_to_file(logging.ERROR, "%s%s", message, f" (hint: {hint})" if hint else "")
+    return f" (log: {path})"

@@ -191,3 +191,15 @@ def test_a_simulation_keeps_its_log_file_small():
     assert "this file keeps WARNING records and above" in text
     assert " spotctl.ops." not in text, "no virtual pass's info or debug line"
     assert len(text.splitlines()) < 20
+
+
+def test_a_command_that_ends_failed_with_its_result_names_its_log_file_too():
+    assert run("reconcile", "-o", "json").returncode == 0
+    db = Path(os.environ["XDG_STATE_HOME"]) / "spotctl" / "demo.db"
+    with sqlite3.connect(db) as c:  # the audit chain broken by hand
+        c.execute("UPDATE audit SET result='tampered' WHERE seq=(SELECT min(seq) FROM audit)")
+    p = run("audit", "verify", "--local-only", "--full", "-o", "json")
+    assert p.returncode == 9 and json.loads(p.stdout)["status"] == "failed"
+    m = re.search(r"^spotctl: error: audit chain broken at record \S+ \(seq 1\): .* \(log: (\S+)\)$", p.stderr, re.M)
+    assert m, p.stderr
+    assert re.search(r" ERROR spotctl: audit chain broken at record ", Path(m.group(1)).read_text())
