@@ -474,3 +474,31 @@ def missing_rows() -> str:
 
 if __name__ == "__main__":
     print(missing_rows() or "every key is documented")
+
+
+# --- the metrics the operator guide names ---------------------------------------------------------
+
+
+def test_every_metric_expression_in_the_operator_guide_names_exported_metrics_and_labels():
+    """The runbooks' signals are PromQL (inline code naming a ``spotctl_`` metric): each parses, and names
+    only series spotctl exports, with labels their family has (the check tests/test_grafana.py makes of the
+    dashboard)."""
+    import promql_parser
+
+    from spotctl.core.metrics import BY_NAME, exported_sample_names
+    from tests.test_grafana import family_of, selectors
+
+    prose = re.sub(r"```.*?```", "", GUIDE.read_text(), flags=re.S)
+    spans = [m.replace("\n", " ") for m in re.findall(r"`([^`]*\bspotctl_[a-z_]+[^`]*)`", prose)]
+    exprs = [s for s in spans if not s.startswith(("spotctl ", "spot-reconciler "))]
+    assert len(exprs) >= 25, exprs
+    exported = exported_sample_names()
+    for expr in exprs:
+        sample = re.fullmatch(r"(\S+?(?:\{[^}]*\})?) [-+\d.e]+", expr)  # a sample as exposed: `name{labels} 1`
+        tree = promql_parser.parse(sample.group(1) if sample else expr)  # raises on a syntax error
+        for name, labels in selectors(tree):
+            f = family_of(name) or BY_NAME.get(name)  # a histogram may be named by its family
+            assert f is not None and (name in exported or f.type == "histogram"), (
+                f"docs/operator-guide.md: {name} (in {expr!r}) is not a metric spotctl exports")
+            allowed = {"region", *f.labels} | ({"le"} if name.endswith("_bucket") else set())
+            assert labels <= allowed, f"docs/operator-guide.md: {name} has no label(s) {sorted(labels - allowed)}"
