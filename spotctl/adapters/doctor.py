@@ -209,7 +209,7 @@ def kafka_probes(relay: Any, region: str) -> list[Probe]:
             raise
         except Exception as e:
             raise _translate(e, relay) from None
-        t = next((x for x in topics or [] if x.get("topic") == relay.topic), None)
+        t = next((x for x in topics or [] if (x.get("name") or x.get("topic")) == relay.topic), None)
         if t is None or t.get("error_code", 0) != 0:
             code = t.get("error_code") if t else None
             if code not in (None, 3):  # 3: UNKNOWN_TOPIC_OR_PARTITION; others (29: not authorised ...) are errors

@@ -151,6 +151,8 @@ HINTS: dict[tuple[str, str], str] = {
                                     "(`scontrol ping`, `systemctl status slurmctld`)"),
     ("kubernetes.auth", "auth"): ("the Kubernetes API refuses the credentials of {source}: check the token, the "
                                   "exec plugin or the client certificate (`kubectl --kubeconfig ... auth whoami`)"),
+    ("kubernetes.auth", "not_found"): ("the server at {target} has no authorization.k8s.io/v1 access review API: "
+                                       "is it the Kubernetes API server itself (not a proxy or another service)?"),
     ("kubernetes.auth", "unavailable"): ("the Kubernetes API at {target} cannot be reached: check the server "
                                          "address of {source} and the network (`kubectl cluster-info`)"),
     ("kubernetes.rbac", "fail"): ("grant spotctl's account `{verb}` on {resource} (a ClusterRole bound to it: see "
