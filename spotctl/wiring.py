@@ -284,10 +284,8 @@ def doctor_probes(config: Config, region_name: str | None = None, clock: Clock |
             probes.append(d.failing("openstack.auth", f"clouds.yaml entry {cloud_name or '?'}", e, ctx))
         else:
             probes.extend(build("openstack.auth", cloud_name, d.openstack_probes, cloud))
-    table("slurm", "slurm.version", lambda a: [
-        Probe(p.check, p.target, p.run, p.kind, p.needs, {**p.context, "region": region.name})
-        for p in d.slurm_probes(a)])
-    table("kubernetes", "kubernetes.auth", d.kubernetes_probes)
+    table("slurm", "slurm.version", lambda a: d.slurm_probes(a, region.name))
+    table("kubernetes", "kubernetes.auth", lambda a: d.kubernetes_probes(a, region.name))
     table("kafka", "kafka.metadata", lambda a: d.kafka_probes(a, region.name))
     table("audit", "audit.service", lambda a: d.audit_probes(a, region.name))
     if region.section("contract") is not None:
@@ -295,7 +293,7 @@ def doctor_probes(config: Config, region_name: str | None = None, clock: Clock |
     elif region.backend != "sim":
         from spotctl.adapters.static_contract import StaticContract
 
-        probes.extend(d.contract_probes(StaticContract.from_config(region), region.name))
+        probes.extend(d.contract_probes(StaticContract.from_config(region), region.name, "contract.static"))
     identity = region.section("identity")
     if identity:
         probes.extend(_identity_probes(region, ctx))

@@ -89,10 +89,10 @@ def openstack_probes(cloud: Any) -> list[Probe]:
 # --- Slurm -----------------------------------------------------------------------------------------------
 
 
-def slurm_probes(s: Any) -> list[Probe]:
+def slurm_probes(s: Any, region: str = "") -> list[Probe]:
     """slurmrestd's API versions (``GET /openapi/v3``) and its controller (``ping``); then the token, by an
     authenticated read of the partitions (what a pass reads first)."""
-    ctx = {"user": s.user, "source": s._token.source, "region": ""}
+    ctx = {"user": s.user, "source": s._token.source, "region": region}
 
     def version() -> Observed:
         chosen = s.discover()
@@ -128,12 +128,12 @@ def slurm_probes(s: Any) -> list[Probe]:
 SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
 
-def kubernetes_probes(k: Any) -> list[Probe]:
+def kubernetes_probes(k: Any, region: str = "") -> list[Probe]:
     """The credentials (an access review the API server answers only to an authenticated client, with its
     version from ``/version``), then one SelfSubjectAccessReview per verb spotctl needs (:data:`K8S_ACCESS`)."""
     api = k.api
     ns = k.settings.namespace or ""
-    ctx = {"source": api.conn.source or "the kubeconfig"}
+    ctx = {"source": api.conn.source or "the kubeconfig", "region": region}
 
     def review(verb: str, resource: str, subresource: str) -> dict:
         attrs: dict[str, str] = {"verb": verb, "resource": resource, "group": ""}

@@ -142,8 +142,9 @@ HINTS: dict[tuple[str, str], str] = {
                              "{cloud} the role the service needs in its project"),
     ("slurm.version", "unavailable"): ("slurmrestd at {target} does not answer: is it running and listening "
                                        "there (`systemctl status slurmrestd`)? Check regions.{region}.slurm.url"),
-    ("slurm.version", "auth"): ("slurmrestd refuses the token ({source}): generate a new one with `scontrol token "
-                                "username={user} lifespan=SECONDS` and write it to the token file"),
+    ("slurm.version", "auth"): ("the token ({source}) cannot be used (refused, expired, not a JWT or of another "
+                                "user): generate a new one with `scontrol token username={user} lifespan=SECONDS` "
+                                "and write it to the token file"),
     ("slurm.auth", "auth"): ("slurmctld refuses the token of user {user} ({source}): generate a new one with "
                              "`scontrol token username={user} lifespan=SECONDS` (the JWT key of slurmctld and "
                              "slurmrestd must be the same: AuthAltParameters=jwt_key=...)"),
@@ -183,6 +184,8 @@ HINTS: dict[tuple[str, str], str] = {
     ("contract.rate_card", "unavailable"): ("the contract feed at {target} does not answer: check "
                                             "regions.{region}.contract.url; the region's pools degrade to the "
                                             "no-notice policy while it is down"),
+    ("contract.static", "unavailable"): ("the region has no [regions.{region}.contract] feed and its pools no "
+                                         "`price`: configure the provider's contract feed (or a list price per pool)"),
     ("contract.rate_card", "auth"): "the contract feed refuses our token: check regions.{region}.contract.token_file",
     ("*sim", "unavailable"): "the embedded simulator could not be read: run `spotctl reconcile` and see its error",
 }
