@@ -209,6 +209,14 @@ def test_the_full_lab_region_passes(lab):
     assert "1 partition(s)" in by["kafka.metadata"][0]["detail"]
     assert "service token" in by["oidc.service_token"][0]["detail"]
     assert "rate card" in by["contract.rate_card"][0]["detail"]
+    # the access reviews were real ones: every request and answer body valid for authorization.k8s.io/v1
+    k8s = testenv("k8s")
+    req = urllib.request.Request(k8s["K8S_URL"] + "/_admin/stats", headers={
+        "Authorization": f"Bearer {Path(k8s['K8S_TOKEN_FILE']).read_text().strip()}"})
+    stats = json.loads(urllib.request.urlopen(req, timeout=5).read())
+    assert stats["requests"].get("POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews", 0) >= 8
+    bad = [e for e in stats["validation_errors"] + stats["rejected_requests"] if "selfsubject" in e["path"]]
+    assert not bad, bad
 
 
 def _service_down(lab, name: str):
