@@ -90,24 +90,18 @@ def openstack_probes(cloud: Any) -> list[Probe]:
 
 
 def slurm_probes(s: Any, region: str = "") -> list[Probe]:
-    """slurmrestd's API versions (``GET /openapi/v3``) and its controller (``ping``); then the token, by an
-    authenticated read of the partitions (what a pass reads first)."""
+    """slurmrestd's API versions (``GET /openapi/v3``); then the token, by authenticated reads of the
+    partitions (what a pass reads first) and of ``ping`` (slurmctld as slurmrestd sees it)."""
     ctx = {"user": s.user, "source": s._token.source, "region": region}
 
     def version() -> Observed:
         chosen = s.discover()
-        body = s._request("GET", f"/slurm/{chosen}/ping", what=f"GET /slurm/{chosen}/ping")
-        pings = body.get("pings") or []
-        up = [f"{p.get('hostname', '?')} {p.get('pinged') or p.get('ping') or p.get('responding')}"
-              for p in pings if isinstance(p, dict)]
-        return Observed(f"slurmrestd serves {', '.join(s.served_versions) or chosen}; spotctl uses {chosen}; "
-                        f"ping: {', '.join(up) or 'no controller listed'}",
+        return Observed(f"slurmrestd serves {', '.join(s.served_versions) or chosen}; spotctl uses {chosen}",
                         {"api_version": chosen, "served": list(s.served_versions)})
 
-    def auth() -> Observed:
-        v = s.discover()
+    def authed(path: str) -> dict:
         try:
-            body = s._request("GET", f"/slurm/{v}/partitions", what="GET partitions")
+            return s._request("GET", path, what=f"GET {path}")
         except TemporaryError as e:
             # Slurm 22.05 answers a token slurmctld refuses with HTTP 500, as it answers a controller down;
             # scontrol (munge) tells them apart, as the adapter does at start
@@ -115,9 +109,15 @@ def slurm_probes(s: Any, region: str = "") -> list[Probe]:
                 raise AuthError(f"slurm: slurmctld is up but refuses the token of user {s.user!r} from "
                                 f"{s._token.source}; slurmrestd said: {e.message.split(': ', 2)[-1]}") from None
             raise
-        parts = body.get("partitions") or []
-        return Observed(f"the token of user {s.user} ({s._token.source}) is accepted: "
-                        f"GET /slurm/{v}/partitions listed {len(parts)} partitions")
+
+    def auth() -> Observed:
+        v = s.discover()
+        parts = authed(f"/slurm/{v}/partitions").get("partitions") or []
+        pings = authed(f"/slurm/{v}/ping").get("pings") or []
+        up = [f"{p.get('hostname', '?')} {p.get('pinged') or p.get('ping') or p.get('responding')}"
+              for p in pings if isinstance(p, dict)]
+        return Observed(f"the token of user {s.user} ({s._token.source}) is accepted: GET /slurm/{v}/partitions "
+                        f"listed {len(parts)} partitions; ping: {', '.join(up) or 'no controller listed'}")
 
     return [Probe("slurm.version", s.url, version, context=ctx),
             Probe("slurm.auth", f"{s.url} as {s.user}", auth, needs="slurm.version", context=ctx)]

@@ -17,8 +17,8 @@ def doctor(ctx: typer.Context) -> None:
 
     One cheap real call per check, each bounded by the adapter's timeout, never retried, without the
     region lock; nothing is changed. Checked when configured: OpenStack (a keystone token, then Nova,
-    Placement, Blazar and Ironic as the pools need them), slurmrestd (API version and ping, then the
-    token), Kubernetes (the credentials, then RBAC for each verb spotctl uses, by SelfSubjectAccessReview),
+    Placement, Blazar and Ironic as the pools need them), slurmrestd (its API versions, then the token:
+    partitions and ping), Kubernetes (the credentials, then RBAC for each verb spotctl uses, by SelfSubjectAccessReview),
     Kafka (the topic's metadata), the audit service, OIDC (discovery, JWKS, a service token when a client
     secret is configured), the contract feed (the rate card); always: the state database (quick_check,
     permissions, schema version), the identity token cache (0700) with [identity], the systemd units

@@ -286,8 +286,16 @@ def test_a_stopped_service_fails_its_check_with_its_hint_and_the_others_pass(lab
 
 
 def test_refused_credentials_win_over_an_unreachable_backend_and_rbac_denials_are_named(lab, tmp_path):
-    """A wrong audit token (refused: 4), the contract feed down (8), `patch nodes` denied by RBAC (4): exit 4,
-    each failure with its own hint."""
+    """A wrong audit token (refused: 4), a Slurm JWT slurmctld did not sign (4), the contract feed down (8),
+    `patch nodes` denied by RBAC (4): exit 4, each failure with its own hint."""
+    import base64
+
+    def b64(d: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+
+    forged = tmp_path / "forged.jwt"
+    forged.write_text(f"{b64({'alg': 'HS256', 'typ': 'JWT'})}.{b64({'exp': int(time.time()) + 3600, 'sun': 'root'})}"
+                      f".{b64({'not': 'a signature'})}\n")
     k8s = testenv("k8s")
     token = Path(k8s["K8S_TOKEN_FILE"]).read_text().strip()
 
@@ -299,8 +307,11 @@ def test_refused_credentials_win_over_an_unreachable_backend_and_rbac_denials_ar
     (tmp_path / "wrong.token").write_text("not-the-token\n")
     cfg = lab.cfg.read_text()
     assert f'token_file = "{lab.receiver.token_file}"' in cfg
+    slurm_token = re.search(r'^token_file = "(.*/slurm/token)"$', cfg, re.M)
+    assert slurm_token, "the lab's [slurm] table names its token file"
     lab.cfg.write_text(cfg.replace(f'token_file = "{lab.receiver.token_file}"',
-                                   f'token_file = "{tmp_path / "wrong.token"}"'))
+                                   f'token_file = "{tmp_path / "wrong.token"}"')
+                       .replace(slurm_token.group(0), f'token_file = "{forged}"'))
     lab.contract.stop()
     rbac([{"verb": "patch", "resource": "nodes"}])
     try:
@@ -312,6 +323,8 @@ def test_refused_credentials_win_over_an_unreachable_backend_and_rbac_denials_ar
     assert code == 4, err
     audit, = by["audit.service"]
     assert audit["result"] == "fail" and audit["exit_code"] == 4 and "token_file" in audit["hint"]
+    slurm, = by["slurm.auth"]
+    assert slurm["result"] == "fail" and slurm["exit_code"] == 4 and "scontrol token username=root" in slurm["hint"]
     feed, = by["contract.rate_card"]
     assert feed["result"] == "fail" and feed["exit_code"] == 8
     denied = [c for c in by["kubernetes.rbac"] if c["result"] == "fail"]
