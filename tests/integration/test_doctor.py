@@ -78,9 +78,9 @@ class Lab:
         self.state = tmp / "state"
         self.cfg = tmp / "lab.toml"
 
-    def doctor(self) -> tuple[int, dict[str, list[dict]], dict, str]:
+    def doctor(self, **extra_env: str) -> tuple[int, dict[str, list[dict]], dict, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTCTL_")}
-        env.update({k: v for k, v in self.env.items() if k.startswith("OS_")})
+        env.update({k: v for k, v in self.env.items() if k.startswith("OS_")}, **extra_env)
         env.update(XDG_CACHE_HOME=str(self.tmp / "cache"), SPOTCTL_SYSTEM_CONFIG=str(self.tmp / "none.toml"),
                    NO_COLOR="1")
         p = subprocess.run([str(BIN / "spotctl"), "--config", str(self.cfg), "--state-dir", str(self.state),
@@ -269,9 +269,7 @@ def test_a_stopped_service_fails_its_check_with_its_hint_and_the_others_pass(lab
     failing, hint = STOPPED[service]
     back = _service_down(lab, service)
     try:
-        t0 = time.monotonic()
         code, by, env, err = lab.doctor()
-        took = time.monotonic() - t0
     finally:
         back()
     assert code == 8, err
@@ -279,7 +277,6 @@ def test_a_stopped_service_fails_its_check_with_its_hint_and_the_others_pass(lab
     assert_only(by, failing, hint)
     assert all(c["exit_code"] == 8 for rows in by.values() for c in rows if c["result"] == "fail")
     assert "check(s) failed: " in err
-    assert took < 60, took  # bounded: no wait for the service to come back
     # the service is back: its check passes again (what the next test relies on too)
     code, by, env, err = lab.doctor()
     assert code == 0, err + json.dumps([c for rows in by.values() for c in rows if c["result"] != "pass"], indent=1)
@@ -331,3 +328,19 @@ def test_refused_credentials_win_over_an_unreachable_backend_and_rbac_denials_ar
     assert [c["target"].split(":")[0] for c in denied] == ["patch nodes"]
     assert denied[0]["exit_code"] == 4 and "kubectl auth can-i patch nodes" in denied[0]["hint"]
     assert all(c["result"] == "pass" for c in by["kubernetes.rbac"] if c not in denied)
+
+
+def test_a_cloud_that_refuses_the_login_fails_auth_and_skips_its_endpoints(lab, tmp_path):
+    clouds = Path(lab.env["OS_CLIENT_CONFIG_FILE"]).read_text()
+    wrong = tmp_path / "clouds.yaml"
+    wrong.write_text(re.sub(r"password: .*", "password: not-the-password", clouds))
+    code, by, env, err = lab.doctor(OS_CLIENT_CONFIG_FILE=str(wrong))
+    assert code == 4, err
+    auth, = by["openstack.auth"]
+    assert auth["result"] == "fail" and auth["exit_code"] == 4
+    assert f"openstack --os-cloud {lab.env['OS_CLOUD']} token issue" in auth["hint"]
+    for name in ("openstack.nova", "openstack.placement", "openstack.blazar", "openstack.ironic"):
+        row, = by[name]
+        assert row["result"] == "skipped" and "openstack.auth did not pass" in row["detail"]
+    assert all(c["result"] in ("pass", "info") for n, rows in by.items() if not n.startswith("openstack")
+               for c in rows)
