@@ -268,8 +268,9 @@ def _call(seen: Seen) -> Result:
 
 
 def world_access(mode: int) -> list[str]:
-    """What others (not the owner, not the group) may do with a file of this mode."""
-    return [what for bit, what in ((0o004, "read"), (0o002, "write")) if mode & bit]
+    """What others (not the owner, not the group) may do with a file of this mode: ``world-readable``,
+    ``world-writable``."""
+    return [what for bit, what in ((0o004, "world-readable"), (0o002, "world-writable")) if mode & bit]
 
 
 def _state_db(seen: Seen) -> Result:
@@ -285,8 +286,8 @@ def _state_db(seen: Seen) -> Result:
     modes = dict(f.get("modes") or {})  # file -> mode, the database and its -wal/-shm files
     open_to_all = {name: world_access(int(m)) for name, m in modes.items() if world_access(int(m))}
     if open_to_all:
-        problems.append("; ".join(f"{name} is {' and '.join('world-' + x + 'able' for x in w).replace('writeable', 'writable')}"
-                                  f" (mode {int(modes[name]):04o})" for name, w in sorted(open_to_all.items())))
+        problems.append("; ".join(f"{name} is {' and '.join(w)} (mode {int(modes[name]):04o})"
+                                  for name, w in sorted(open_to_all.items())))
         hints.append(_fmt(STATE_HINTS["mode"], seen, f))
     version, code_version = f.get("schema_version"), f.get("code_schema_version")
     if version != code_version:
