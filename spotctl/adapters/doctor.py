@@ -48,7 +48,8 @@ def openstack_probes(cloud: Any) -> list[Probe]:
 
     def get(proxy_name: str, label: str, path: str, count_key: str | None, **kw: Any):
         def run() -> Observed:
-            proxy = getattr(api.conn, proxy_name)
+            # the proxy discovers the service's versions when first used: a service that is down fails here
+            proxy = api.call(f"{label} version discovery", lambda: getattr(api.conn, proxy_name))
             url = api.call(f"{label} endpoint", lambda: proxy.get_endpoint())
             r = api.call(f"{label} GET {path}", lambda: proxy.get(path, raise_exc=False, **kw))
             body = api.call(f"{label} GET {path}", lambda: json_of(r, path))

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, testenv, unavailable, wait_until
+from . import conftest as harness
+from .conftest import ROOT, unavailable, wait_until
 from .record_support import BIN, Receiver, free_port
 
 TESTENV = ROOT / "scripts" / "testenv"
@@ -94,27 +95,21 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    env = testenv("all")
+    env = harness.testenv("all")
     if env.get("SPOTCTL_REGION") != "lab" or "OS_CLOUD" not in env:
         unavailable("openstack", "the lab region of `scripts/testenv/all env` needs the OpenStack test cloud")
-    kafka = testenv("kafka")["KAFKA_BOOTSTRAP"]
-    oidc = testenv("oidc")
-    k8s_answers_access_reviews(testenv("k8s"))
-    testenv("slurm")
+    kafka = harness.testenv("kafka")["KAFKA_BOOTSTRAP"]
+    oidc = harness.testenv("oidc")
+    k8s_answers_access_reviews(harness.testenv("k8s"))
+    harness.testenv("slurm")
     tmp = tmp_path_factory.mktemp("doctor")
     lab = Lab(tmp, env)
     receiver = Receiver(tmp)
     contract = ContractServer(tmp, free_port())
     contract.start()
     topic = f"spot.doctor.{uuid.uuid4().hex[:8]}"
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-
-    admin = KafkaAdminClient(bootstrap_servers=[kafka], request_timeout_ms=5000)
-    try:
-        admin.create_topics([NewTopic(topic, 1, 1)])
-    finally:
-        admin.close()
+    lab.topic = lambda: create_topic(kafka, topic)  # again after the broker restarts: it keeps no topics
+    lab.topic()
     secret = tmp / "spot-reconciler.secret"
     secret.write_text("reconciler-secret\n")
     (tmp / "cache" / "spotctl" / "identity").mkdir(parents=True, mode=0o700)
@@ -149,6 +144,17 @@ timeout_seconds = 3
     yield lab
     lab.receiver.stop()  # the one running now (the audit test starts it again)
     lab.contract.stop()
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=[bootstrap], request_timeout_ms=5000)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
 
 
 def k8s_answers_access_reviews(k8s: dict[str, str]) -> None:
@@ -210,7 +216,7 @@ def test_the_full_lab_region_passes(lab):
     assert "service token" in by["oidc.service_token"][0]["detail"]
     assert "rate card" in by["contract.rate_card"][0]["detail"]
     # the access reviews were real ones: every request and answer body valid for authorization.k8s.io/v1
-    k8s = testenv("k8s")
+    k8s = harness.testenv("k8s")
     req = urllib.request.Request(k8s["K8S_URL"] + "/_admin/stats", headers={
         "Authorization": f"Bearer {Path(k8s['K8S_TOKEN_FILE']).read_text().strip()}"})
     stats = json.loads(urllib.request.urlopen(req, timeout=5).read())
@@ -241,7 +247,12 @@ def _service_down(lab, name: str):
         lab.contract.stop()
         return lab.contract.start
     script(name, "down")
-    return lambda: script(name, "up")
+
+    def up() -> None:
+        script(name, "up")
+        if name == "kafka":
+            lab.topic()
+    return up
 
 
 def _answers(url: str) -> bool:
@@ -293,7 +304,7 @@ def test_refused_credentials_win_over_an_unreachable_backend_and_rbac_denials_ar
     forged = tmp_path / "forged.jwt"
     forged.write_text(f"{b64({'alg': 'HS256', 'typ': 'JWT'})}.{b64({'exp': int(time.time()) + 3600, 'sun': 'root'})}"
                       f".{b64({'not': 'a signature'})}\n")
-    k8s = testenv("k8s")
+    k8s = harness.testenv("k8s")
     token = Path(k8s["K8S_TOKEN_FILE"]).read_text().strip()
 
     def rbac(deny: list) -> None:
