@@ -232,3 +232,148 @@ def sim_world_factory(region: RegionConfig, start: float, seed: int):
 
     world = SimWorld.new(region, start, seed)
     return world, world.cloud, world.contract, list(world.schedulers)
+
+
+def doctor_probes(config: Config, region_name: str | None = None, clock: Clock | None = None):
+    """``spotctl doctor``: the region and the probes of everything it configures (``spotctl.adapters.doctor``),
+    the simulated parts through their ports too; built without the region lock and without logging in (each
+    probe makes its own call). A table whose adapter cannot be built (a bad config) is a failing probe."""
+    import os
+
+    from spotctl.adapters import doctor as d
+    from spotctl.core.doctor import SYSTEMD_UNITS, Kind, Observed, Probe, systemd_expectation
+    from spotctl.core.errors import SpotctlError
+    from spotctl.state.health import state_db_facts
+
+    region = config.region(region_name)
+    clock = clock or SystemClock()
+    path = state_path(config, region.name)
+    ctx = {"region": region.name, "path": str(path)}
+    probes: list = [Probe("state.db", str(path), lambda: Observed("read", state_db_facts(path)), kind=Kind.STATE_DB,
+                          context=ctx)]
+
+    def build(check: str, target: str, make, *args):
+        try:
+            return make(*args)
+        except SpotctlError as e:
+            return [d.failing(check, target, e, ctx)]
+
+    def table(name: str, check: str, make) -> None:
+        if region.section(name) is None:
+            return
+        try:
+            adapter = _adapter(region, name, clock if name in ("openstack", "slurm", "kubernetes") else None)
+        except SpotctlError as e:
+            probes.append(d.failing(check, f"[regions.{region.name}.{name}]", e, ctx))
+            return
+        probes.extend(build(check, name, make, adapter))
+
+    if region.backend == "sim":
+        probes.extend(_sim_probes(region, path, clock))
+    else:
+        from spotctl.adapters.openstack import OpenStackCloud
+        from spotctl.adapters.openstack.options import _options
+
+        cloud_name = region.cloud or os.environ.get("OS_CLOUD") or ""
+        try:
+            if not cloud_name:
+                raise ConfigError(f"region {region.name!r} uses backend 'openstack' but names no cloud",
+                                  hint=f"set regions.{region.name}.cloud to a clouds.yaml entry, or export OS_CLOUD")
+            cloud = OpenStackCloud(region, cloud_name, _options(region), connect=False, clock=clock)
+        except SpotctlError as e:
+            probes.append(d.failing("openstack.auth", f"clouds.yaml entry {cloud_name or '?'}", e, ctx))
+        else:
+            probes.extend(build("openstack.auth", cloud_name, d.openstack_probes, cloud))
+    table("slurm", "slurm.version", lambda a: d.slurm_probes(a, region.name))
+    table("kubernetes", "kubernetes.auth", lambda a: d.kubernetes_probes(a, region.name))
+    table("kafka", "kafka.metadata", lambda a: d.kafka_probes(a, region.name))
+    table("audit", "audit.service", lambda a: d.audit_probes(a, region.name))
+    if region.section("contract") is not None:
+        table("contract", "contract.rate_card", lambda a: d.contract_probes(a, region.name))
+    elif region.backend != "sim":
+        from spotctl.adapters.static_contract import StaticContract
+
+        probes.extend(d.contract_probes(StaticContract.from_config(region), region.name, "contract.static"))
+    identity = region.section("identity")
+    if identity:
+        probes.extend(_identity_probes(region, ctx))
+    units = [u.format(region=region.name) for u, _ in SYSTEMD_UNITS]
+    roles = {u.format(region=region.name): systemd_expectation(role, region.section("contract") is not None)
+             for u, role in SYSTEMD_UNITS}
+    probes.append(Probe("systemd.units", f"{len(units)} units of region {region.name}",
+                        lambda: Observed("read", {**d.systemd_facts(units), "roles": roles}), kind=Kind.SYSTEMD,
+                        context=ctx))
+    return region, probes
+
+
+def _identity_probes(region: RegionConfig, ctx: dict) -> list:
+    from spotctl.adapters import doctor as d
+    from spotctl.adapters.keycloak import KeycloakIdentity, cache_dir
+    from spotctl.core.doctor import Kind, Observed, Probe
+    from spotctl.core.errors import SpotctlError
+    from spotctl.core.identity import IdentitySettings
+    from spotctl.ops.identity import service_secret
+    from spotctl.state.health import private_dir_facts
+
+    cache = cache_dir()
+    out = [Probe("identity.token_cache", str(cache), lambda: Observed("read", private_dir_facts(cache)),
+                 kind=Kind.PRIVATE_DIR, context=ctx)]
+    try:
+        settings = IdentitySettings.of(region.section("identity"))
+        assert settings is not None
+        ident = KeycloakIdentity.from_settings(settings, cache)
+    except SpotctlError as e:
+        return out + [d.failing("oidc.discovery", f"[regions.{region.name}.identity]", e, ctx)]
+    try:
+        secret = service_secret(settings)
+    except SpotctlError:
+        secret = None  # no client secret configured here: no service token to ask for
+    return out + d.oidc_probes(ident, region.name, secret)
+
+
+def _sim_probes(region: RegionConfig, path: Path, clock: Clock) -> list:
+    """The demo region's simulated parts, read through their ports as a pass reads them (a read-only
+    snapshot of the simulated world: nothing saved)."""
+    from spotctl.core.doctor import Observed, Probe
+
+    ctx = {"region": region.name}
+    box: dict = {}
+
+    def world():
+        if "world" not in box:
+            from spotctl.sim.world import SimWorld
+
+            box["world"] = SimWorld.shared(path.with_suffix(".sim.db"), region, clock.now())
+        return box["world"]
+
+    def cloud() -> Observed:
+        w = world()
+        hosts = w.cloud.hosts(region.pools)
+        q = w.cloud.quota()
+        pools = {h.pool for h in hosts}
+        return Observed(f"hosts(): {len(hosts)} hosts in {len(pools)} of {len(region.pools)} pools; quota(): "
+                        f"{'unlimited' if q.instances is None else q.instances} instances left")
+
+    def contract() -> Observed:
+        card = world().contract.rate_card()
+        notices = world().contract.notices()
+        return Observed(f"rate_card(): {card.version}, {len(card.prices)} pool price(s) in {card.currency}; "
+                        f"notices(): {len(notices)} in force")
+
+    def scheduler(kind: str):
+        def run() -> Observed:
+            s = next((s for s in world().schedulers if s.name == kind), None)
+            if s is None:
+                raise ConfigError(f"the simulated world of region {region.name!r} has no {kind} scheduler")
+            work, skipped = s.pending(region.pools)
+            return Observed(f"pending(): {len(work)} work unit(s) waiting, {len(skipped)} skipped; "
+                            f"usage(): {len(s.usage())} node(s)")
+        return run
+
+    probes = [Probe("sim.cloud", "simulated cloud (Nova, Ironic, Placement, Blazar)", cloud, context=ctx)]
+    if region.section("contract") is None:
+        probes.append(Probe("sim.contract", "simulated provider contract feed", contract, context=ctx))
+    for kind in ("kubernetes", "slurm"):
+        if region.section(kind) is None:
+            probes.append(Probe(f"sim.{kind}", f"simulated {kind.capitalize()}", scheduler(kind), context=ctx))
+    return probes

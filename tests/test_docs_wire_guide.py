@@ -151,7 +151,8 @@ def test_the_command_check_is_not_vacuous():
     assert check_command(["-o", "json", "status", "--nodes"]) is None
     assert check_command(["exercise-reclaim", "--pool", "gp", "--count", "1", "--dry-run"]) is None
     assert check_command(["exercise-reclaim", "list"]) is None
-    assert check_command(["doctor"]) is not None
+    assert check_command(["doctor"]) is None
+    assert check_command(["doctor", "--frobnicate"]) is not None
     assert check_command(["config", "check"]) is not None
     assert check_command(["plan", "--frobnicate"]) is not None
     assert check_command(["audit"]) is not None

@@ -184,6 +184,8 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "logout": ("login", "logout_app", "Log out of the region: revoke the cached sessions at Keycloak, delete the cache."),
     "whoami": ("login", "whoami_app", "Show who you act as in the region: identity, realm and client roles, expiry."),
     "version": ("version", "app", "Print the spotctl version and the result format version."),
+    "doctor": ("doctor", "app", ("Check every backend the region configures, the state database and the systemd "
+                                 "units, and say how to fix what fails.")),
 }
 
 

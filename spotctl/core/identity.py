@@ -29,8 +29,8 @@ DEFAULT_ROLES: dict[str, tuple[str, ...]] = {
     "spot-operator": VIEWER_VERBS + OPERATOR_VERBS,
     "spot-admin": VIEWER_VERBS + OPERATOR_VERBS + ADMIN_VERBS,
 }
-#: Verbs that need no role: logging in and out, and the version.
-UNGATED = frozenset({"login", "logout", "version", ""})
+#: Verbs that need no role: logging in and out, the version, and `doctor` (it must diagnose a broken identity too).
+UNGATED = frozenset({"login", "logout", "version", "doctor", ""})
 
 
 @dataclass(frozen=True)

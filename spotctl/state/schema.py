@@ -186,6 +186,9 @@ def create(path: Path) -> bool:
             details={"path": str(path), "leftovers": [str(f) for f in leftovers]})
     tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
+        # owner only (0600), whatever the umask: the file holds the region's audit trail and token budget;
+        # SQLite gives its -wal and -shm files the database's mode (`spotctl doctor` checks all three)
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         conn = sqlite3.connect(str(tmp), isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode=WAL")

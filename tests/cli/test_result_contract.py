@@ -80,6 +80,7 @@ EVERY_COMMAND = {
     ("state", "prune"): (["state", "prune", "--dry-run"], "dry-run", 0),
     ("state", "check"): (["state", "check"], "ok", 0),
     ("version",): (["version"], "ok", 0),
+    ("doctor",): (["doctor"], "ok", 0),  # the demo region: every check passes (or does not apply here)
     ("whoami",): (["whoami"], "ok", 0),  # the demo region has no [identity]: the OS user
     ("login",): (["login"], "error", 3),  # nothing to log in to without [identity]
     ("logout",): (["logout"], "error", 3),

@@ -22,7 +22,9 @@ Test controls (same bearer token) under ``/_admin``: ``POST reset`` (delete ever
 ``POST compact`` (forget the event history: older resource versions get 410), ``POST drop-watches``
 ``{"after_events": N, "count": C, "match": S}`` (cut the next C watch connections whose request
 path contains S abruptly after N events), ``POST fail`` ``{"status": 503, "count": C, "match": S}``
-(answer the next C API requests whose path contains S with that error), ``GET stats`` (requests,
+(answer the next C API requests whose path contains S with that error), ``POST rbac``
+``{"deny": [{"verb": V, "resource": R, "subresource": S}]}`` (what SelfSubjectAccessReviews deny from now
+on; ``[]`` allows everything again, as ``reset`` does), ``GET stats`` (requests,
 evictions, deletes, schema failures, watches). ``match`` lets concurrent test runs, each in its
 own namespace, leave each other alone.
 
@@ -34,6 +36,10 @@ second DELETE may shorten the grace period, never lengthen it; grace 0, or an un
 removed at once. A PodDisruptionBudget's allowance counts **Ready** pods (condition ``Ready=True``,
 not terminating) like the disruption controller; evicting a pod that is already terminating,
 pending or finished ignores the budget.
+
+``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`` answers whether the token's user may do
+what the review's ``resourceAttributes`` say (everything, unless ``/_admin/rbac`` denies it), the request
+and the answer validated like every other body.
 
 Pods created through the API keep the ``status`` they are given (the real server would drop it
 and let the scheduler set it): tests describe unschedulable pods that way, or PATCH pods/status.
@@ -435,6 +441,7 @@ ROUTES = [
     (re.compile(r"^/api/v1/(?P<res>nodes)/(?P<name>[^/]+)/status$"), "status"),
     (re.compile(r"^/apis/policy/v1/namespaces/(?P<ns>[^/]+)/(?P<res>poddisruptionbudgets)/(?P<name>[^/]+)$"),
      "object"),
+    (re.compile(r"^/apis/authorization\.k8s\.io/v1/selfsubjectaccessreviews$"), "access_review"),
 ]
 
 PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json",
@@ -452,6 +459,7 @@ class Controls:
         self.fail_status: int | None = None
         self.fail_count = 0
         self.fail_match = ""
+        self.denied: list[dict] = []  # SelfSubjectAccessReview rules denied (POST /_admin/rbac)
         self.stats = self._fresh()
 
     @staticmethod
@@ -852,6 +860,33 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- admin
 
+    def _access_review(self, verb, res, ns, name, q, body):
+        """SelfSubjectAccessReview: allowed unless a rule of ``/_admin/rbac`` denies the attributes."""
+        kind, api = "SelfSubjectAccessReview", "authorization.k8s.io/v1"
+        if verb != "POST":
+            raise HttpError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        if not isinstance(body, dict):
+            raise HttpError(400, "BadRequest", f"expected a {kind} object")
+        body.setdefault("kind", kind)
+        body.setdefault("apiVersion", api)
+        self._check_request(body, kind, api)
+        spec = body.get("spec") or {}
+        attrs = spec.get("resourceAttributes")
+        if attrs is None and spec.get("nonResourceAttributes") is None:
+            raise HttpError(422, "Invalid", f"{kind} is invalid: spec: Invalid value: exactly one of "
+                                            "nonResourceAttributes or resourceAttributes must be specified")
+        denied = False
+        if attrs is not None:
+            with self.controls.lock:
+                rules = list(self.controls.denied)
+            denied = any(r["verb"] in ("*", attrs.get("verb", "")) and r["resource"] == attrs.get("resource", "")
+                         and r["subresource"] == attrs.get("subresource", "") for r in rules)
+        out = {"apiVersion": api, "kind": kind, "metadata": {}, "spec": spec,
+               "status": {"allowed": not denied, **({"denied": True, "reason": "denied by the test server's "
+                                                     "RBAC rules (/_admin/rbac)"} if denied else
+                                                    {"reason": "the test server allows everything"})}}
+        self._send(201, out, kind, api)
+
     def _admin(self, verb, what, body):
         ctl = self.controls
         if verb == "GET" and what == "stats":
@@ -867,6 +902,7 @@ class Handler(BaseHTTPRequestHandler):
             with ctl.lock:
                 ctl.stats = ctl._fresh()
                 ctl.drop_count = ctl.fail_count = 0
+                ctl.denied = []
         elif what == "compact":
             self.store.compact()
         elif what == "drop-watches":
@@ -874,6 +910,12 @@ class Handler(BaseHTTPRequestHandler):
                 ctl.drop_after = int(body.get("after_events", 0))
                 ctl.drop_count = int(body.get("count", 1))
                 ctl.drop_match = str(body.get("match", ""))
+        elif what == "rbac":
+            deny = body.get("deny", [])
+            if not isinstance(deny, list) or not all(isinstance(d, dict) for d in deny):
+                raise HttpError(400, "BadRequest", "rbac: deny must be a list of {verb, resource, subresource}")
+            with ctl.lock:
+                ctl.denied = [{k: str(d.get(k, "")) for k in ("verb", "resource", "subresource")} for d in deny]
         elif what == "fail":
             with ctl.lock:
                 ctl.fail_status = int(body.get("status", 503))
