@@ -81,18 +81,7 @@ def realm_url(oidc) -> str:
 
 
 def test_the_device_flow_logs_in_whoami_names_the_user_and_logout_revokes(region, oidc):
-    proc = subprocess.Popen([str(BIN / "spotctl"), "login", "-o", "json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SPOTCTL_CONFIG": str(region)})
-    assert proc.stderr is not None
-    lines = []
-    code = None
-    for line in proc.stderr:
-        lines.append(line)
-        if m := re.search(r"enter the code (\S+)", line):
-            code = m.group(1)
-        if "waiting for the approval" in line:
-            break
-    assert code, "".join(lines)
+    proc, code, lines = _start_login(region)
     assert any(realm_url(oidc) in ln for ln in lines), "the verification URL is printed"
     r = requests.post(f"{realm_url(oidc)}/test-support/device/approve", timeout=10,
                       json={"user_code": code, "username": "alice", "password": "alice-pw"})
