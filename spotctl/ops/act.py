@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from typing import Any
 
 from spotctl.core.actions import Action, ActionKind
 from spotctl.core.budget import Priority
@@ -173,6 +174,14 @@ def _from_row(a: dict, deadline: float | None) -> Action:
                   pool=a["pool"], node=a["node"], count=a["count"], deadline=deadline, inputs=a["inputs"])
 
 
+def _audit_resumed(rt: Runtime, a: dict, target: str, result: str, **extra: Any) -> None:
+    """The audit record of an action a later pass closed as it found it (no effect of its own): every
+    recorded action leaves one (tests/integration/test_record_crash.py checks it across kill -9)."""
+    rt.store.audit(actor=rt.actor, action=f"node.{a['kind']}", target=target, result=result,
+                   inputs={**(a["inputs"] or {}), "reason": a["reason"], "action_id": a["id"], "resumed": True,
+                           **extra}, at=rt.now())
+
+
 def resume(rt: Runtime) -> list[Outcome]:
     """Finish what a killed pass (or watcher) left half done, by checking the world, never by
     assuming: an intended node's instance is looked up by its tag and adopted or created; a
@@ -211,17 +220,23 @@ def resume(rt: Runtime) -> list[Outcome]:
                 made = rt.store.conn.execute("SELECT COUNT(*) FROM nodes WHERE action_id >= ? AND action_id < ? AND "
                                              "instance_id IS NOT NULL", span).fetchone()[0]
                 status = "done" if made == (a["count"] or 0) else "partial"
-                finish_action(rt, a["id"], kind, status, f"resumed: {made} of {a['count']} instance(s) exist", rt.now(),
-                              pool=a["pool"])
+                detail = f"resumed: {made} of {a['count']} instance(s) exist"
+                with rt.store.tx():  # the action's own record (a kill before its first node left it none)
+                    _audit_resumed(rt, a, a["pool"] or "", status, instances=made, detail=detail)
+                    finish_action(rt, a["id"], kind, status, detail, rt.now(), pool=a["pool"])
             continue
         if found is None:
-            finish_action(rt, a["id"], kind, "failed", f"resumed: node {a['node']!r} is not in the store", rt.now(),
-                          pool=a["pool"], node=a["node"])
+            detail = f"resumed: node {a['node']!r} is not in the store"
+            with rt.store.tx():
+                _audit_resumed(rt, a, a["node"] or "", "failed", detail=detail)
+                finish_action(rt, a["id"], kind, "failed", detail, rt.now(), pool=a["pool"], node=a["node"])
             continue
         if kind in ("drain", "cordon", "uncordon", "protect"):
             if not found.live:
-                finish_action(rt, a["id"], kind, "skipped", f"resumed: node {found.id} is {found.state}", rt.now(),
-                              pool=found.pool, node=found.id)
+                detail = f"resumed: node {found.id} is {found.state}"
+                with rt.store.tx():
+                    _audit_resumed(rt, a, found.id, "skipped", detail=detail)
+                    finish_action(rt, a["id"], kind, "skipped", detail, rt.now(), pool=found.pool, node=found.id)
                 continue
             outs.append(execute(rt, _from_row(a, found.notice_deadline), a["plan_id"]))
         elif kind == "delete":
