@@ -239,7 +239,7 @@ class SpotctlGroup(TyperGroup):
         from typer import _click as click
 
         words = [a for a in [*getattr(ctx, "_protected_args", []), *ctx.args] if not a.startswith("-")]
-        if " ".join(words[:2]) in RAW_OUTPUT_COMMANDS:
+        if words[:1] and words[0] in RAW_OUTPUT_COMMANDS or " ".join(words[:2]) in RAW_OUTPUT_COMMANDS:
             ctx.meta["spotctl.raw_output"] = True
         try:
             return super().invoke(ctx)
