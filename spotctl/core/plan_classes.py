@@ -1,7 +1,7 @@
 """The demand classes of one pool set, indexed for the planner's first-fit question.
 
 A :class:`ClassList` answers "the first class from position i on that fits this room and window" over
-classes in the plan's order (the largest first), skipping blocks whose minima cannot fit, and forgets a
+classes in the plan's order (plan_input.demand_order), skipping blocks whose minima cannot fit, and forgets a
 class once its units are all placed. :class:`~spotctl.core.plan_state.DemandIndex` keeps one per set of
 pools that serve the same classes.
 """

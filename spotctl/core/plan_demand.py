@@ -13,13 +13,15 @@ their currency.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .budget import Priority
 from .capacity import Calendar
 from .models import ActionKind, NodeState, PoolKind, PoolSpec, Shape
 from .notices import calendar_advisory_due, node_protection
+from .plan_classes import INF
 from .plan_input import DemandClass, PlanInput
 from .plan_state import PlanState
 from .textfmt import duration_text, shape_text, when_text
@@ -28,7 +30,7 @@ from .timefmt import iso
 #: The states of a node that new work may be planned onto (when it is not cordoned and not leaving).
 TAKES_WORK = (NodeState.BUILDING, NodeState.ACTIVE, NodeState.INTENDED)
 #: Demand classes left unplaced that the plan's explanation names one by one (in the plan's order: the
-#: highest priority and largest first); the rest are summed up in one line. Every unit is counted by
+#: highest priority, longest and largest first); the rest are summed up in one line. Every unit is counted by
 #: reason in the plan's ``unplaced`` whatever the number.
 EXPLAIN_UNPLACED = 100
 
@@ -151,8 +153,12 @@ class Launches:
 
 
 def pack_new(st: PlanState) -> None:
-    """Pack the demand left into new nodes, pool by pool, cheapest and least risky first: replacement
-    capacity in a first round, pending units in a second; then count what no node takes, by reason."""
+    """Pack the demand left into new nodes: replacement capacity in a first round, pending units in a second;
+    then count what no node takes, by reason. Within a round, each batch of identical new nodes goes to the pool
+    whose next node costs the least for what it packs (:class:`PoolPack`: its price, inflated by risk, over the
+    worth of the units a node of it takes now), so that RAM-bound work goes to RAM-rich pools and a spend cap
+    buys the most work; pools are asked again as the demand left changes (a lazy greedy: a pool's cost only
+    rises as its demand is taken)."""
     inp, prices = st.inp, st.prices
     ls = Launches(spend=sum(prices.get(n.pool, n.price) for n in inp.nodes if n.id not in st.leaving),
                   room=inp.policy.max_launches_per_pass, quota_inst=inp.quota.instances,
@@ -167,15 +173,13 @@ def pack_new(st: PlanState) -> None:
                 ls.block[d.key] = "rate card unavailable: no launches without prices"
         st.explain.append("rate card unavailable: launches are held until prices are known")
         pool_order = []
+    worth = unit_worth(st, [name for _, name in pool_order])
     # Each pool's packing ends for one reason, given to every class it could have taken that is left
     # (or, for a calendar too close, to those longer than its window): kept per pool, not per class
     index = st.index()
-    ends: dict[tuple[bool, str], tuple[int, str, float | None]] = {}  # (round, pool) -> (turn, reason, window)
+    ends: dict[tuple[bool, str], tuple[int, str, float | None]] = {}  # (round, pool) -> (order, reason, window)
     for rnd, priority in ((True, Priority.REPLACEMENT), (False, Priority.LAUNCH)):
-        for turn, (score, name) in enumerate(pool_order):
-            if index.has_demand(name, rnd):
-                ends[(rnd, name)] = (turn, *pack_pool(st, ls, priority, name, score,
-                                                      index.of_pool_round.get((rnd, name), [])))
+        pack_round(st, ls, priority, rnd, pool_order, worth, ends)
     last: dict[int, list[tuple[int, str, float | None]]] = {}  # pool set -> its pools' ends, last first
     remaining, set_of_pos, unplaced, explain = st.remaining, index.set_of_pos, st.unplaced, st.explain
     told = 0  # classes left unplaced explained one by one (the first EXPLAIN_UNPLACED, in the plan's order)
@@ -213,87 +217,187 @@ def pack_new(st: PlanState) -> None:
                        f"unplaced: {sum(unplaced.values())} in all)")
 
 
-def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score: float,
-              lids: list[int]) -> tuple[str, float | None]:
-    """New nodes of one pool for the classes it serves in the demand lists ``lids``, in identical-node batches (one per
-    packing pattern and calendar window); one launch action for them all. Returns why it stopped: the
-    reason for every class left, or (with a window) the start of the reason for those longer than it."""
-    inp, now, policy, remaining, index = st.inp, st.now, st.inp.policy, st.remaining, st.index()
-    pool, price = inp.pools[name], st.prices[name]
-    if inp.pool_failures.get(name, 0) > now:
-        st.explain.append(f"{name}: skipped, launch failed recently")
-        return f"pool {name} failed to launch recently (skipped until {iso(inp.pool_failures[name], sep=' ')})", None
-    hr = inp.headroom.get(name)
-    free = (hr.free if hr else 0) - ls.planned.get(name, 0)
-    cal = inp.calendars.get(name)
-    existing = ls.existing.get(name, 0) + ls.planned.get(name, 0)
-    limit_left = max(0, pool.max_nodes - existing)
-    launched = 0
-    units = 0
-    segments: list[list[Any]] = []  # [nodes, safe_until, longest unit seconds] per packing pattern
-    placed: set[str] = set()  # the demand classes these nodes take units of
-    earliest_safe = None
-    end: tuple[str, float | None]
-    while True:
-        why = ls.held(st, name, pool, price, launched, free, limit_left)
-        if why:
-            end = why, None
-            break
-        n_total = existing + launched + 1
-        safe_until = cal.safe_until(n_total, now) if cal else now + 24 * 3600
-        if cal and calendar_advisory_due(safe_until, now + pool.boot_seconds, policy):
-            # the same rule that cordons a node ahead of a reservation: a node launched now would
-            # be cordoned before it is up, and the work meant for it could never land there
-            end = (f"calendar: {name} takes capacity back at {when_text(safe_until, now)}; a node launched now "
-                   f"would be cordoned by the calendar advisory ({duration_text(policy.calendar_advisory_seconds)} "
-                   f"ahead) before it boots"), None
-            break
-        window = safe_until - now - policy.drain_seconds - pool.boot_seconds
-        if name in inp.no_notice_pools:
-            window = min(window, policy.no_notice_max_seconds)
-            if pool.kind is PoolKind.BAREMETAL:
-                window = min(window, policy.no_notice_max_seconds / 2)
-        pattern = index.fill(name, lids, pool.shape, remaining, window)
-        if not pattern:  # the work longer than the window is told so (see pack_new)
-            end = f"calendar: {name} takes capacity back at {when_text(safe_until, now)}, too soon for ", window
-            break
-        # how many identical nodes: bounded by units, headroom, limits, quota, spend, calendar step
-        reps = min(remaining[k] // c for k, c in pattern.items())
-        reps = min(reps, free - launched, limit_left - launched, ls.room)
-        reps = ls.bound(reps, pool, price, policy.spend_cap_per_hour)
-        if cal:
-            reps = min(reps, same_window_count(cal, n_total, now))
-        reps = max(reps, 1)
-        granted = st.tokens(priority, reps)
-        if granted <= 0:
-            end = "token budget exhausted for this pass", None
-            st.explain.append(f"{name}: token budget exhausted")
-            ls.budget_out = True
-            break
-        reps = granted
+def unit_worth(st: PlanState, pools: list[str]) -> tuple[float, float, float]:
+    """What a vCPU, a MiB of RAM and a GPU cost per hour at the cheapest per-resource price among ``pools``. A
+    unit's worth is its dominant resource at those prices (:meth:`PoolPack.cost`), the same whichever pool
+    takes it, so that pools of different shapes compare by what a node packs for its price, not by vCPU alone."""
+    pv = pr = pg = INF
+    for name in pools:
+        shape, price = st.inp.pools[name].shape, st.prices[name]
+        if shape.vcpu:
+            pv = min(pv, price / shape.vcpu)
+        if shape.ram_mb:
+            pr = min(pr, price / shape.ram_mb)
+        if shape.gpus:
+            pg = min(pg, price / shape.gpus)
+    return (0.0 if pv == INF else pv), (0.0 if pr == INF else pr), (0.0 if pg == INF else pg)
+
+
+@dataclass
+class PoolPack:
+    """One pool's new nodes in one round, batch by batch (a batch: identical nodes of one packing pattern and
+    calendar window), and the next batch it would launch."""
+
+    name: str
+    pool: PoolSpec
+    price: float
+    score: float  # price per vCPU-hour x risk (pool_score)
+    risk: float
+    free: int  # new nodes that fit now, less those planned earlier in this plan
+    existing: int  # our nodes, and those planned earlier in this plan
+    limit_left: int
+    lids: list[int]
+    launched: int = 0
+    units: int = 0
+    segments: list[list[Any]] = field(default_factory=list)  # [nodes, safe_until, longest unit seconds] per batch
+    placed: set[str] = field(default_factory=set)  # the demand classes these nodes take units of
+    earliest_safe: float | None = None
+    first: int = 0  # when its first batch was taken (decision order)
+
+    def cost(self, pattern: dict[str, int], classes: dict[str, DemandClass],
+             worth: tuple[float, float, float]) -> float:
+        """The node's price, inflated by risk, per unit of worth it packs (lower is better; 1.0: a node as
+        cheap as the cheapest resource prices and full)."""
+        pv, pr, pg = worth
+        value = 0.0
         for k, c in pattern.items():
-            remaining[k] -= c * reps
-            units += c * reps
-            placed.add(k)
-            index.placed(k, remaining)
-        segments.append([reps, safe_until, max(ls.classes[k].expected_seconds for k in pattern)])
-        launched += reps
-        ls.take(reps, pool, price)
-        earliest_safe = safe_until if earliest_safe is None else min(earliest_safe, safe_until)
-    if not launched:
-        return end
-    ls.planned[name] = ls.planned.get(name, 0) + launched
+            s = classes[k].shape
+            value += c * max(s.vcpu * pv, s.ram_mb * pr, s.gpus * pg)
+        return self.price * self.risk / value if value > 0 else INF
+
+
+def pack_round(st: PlanState, ls: Launches, priority: Priority, rnd: bool, pool_order: list[tuple[float, str]],
+               worth: tuple[float, float, float], ends: dict[tuple[bool, str], tuple[int, str, float | None]]) -> None:
+    """One round of launches (replacement capacity, or pending units): batch by batch to the pool whose next node
+    costs least for what it packs, until no pool can take more; one launch action per pool that launches."""
+    inp, now, index = st.inp, st.now, st.index()
+    packs: dict[str, PoolPack] = {}
+    heap: list[tuple[float, int, str]] = []
+    for turn, (score, name) in enumerate(pool_order):
+        if not index.has_demand(name, rnd):
+            continue
+        if inp.pool_failures.get(name, 0) > now:
+            st.explain.append(f"{name}: skipped, launch failed recently")
+            ends[(rnd, name)] = (len(ends), f"pool {name} failed to launch recently (skipped until "
+                                            f"{iso(inp.pool_failures[name], sep=' ')})", None)
+            continue
+        pool = inp.pools[name]
+        hr = inp.headroom.get(name)
+        existing = ls.existing.get(name, 0) + ls.planned.get(name, 0)
+        pk = packs[name] = PoolPack(
+            name=name, pool=pool, price=st.prices[name], score=score,
+            risk=1.0 + 0.25 * inp.advisories.get(name, 0) + 0.25 * inp.recent_reclaims.get(name, 0),
+            free=(hr.free if hr else 0) - ls.planned.get(name, 0), existing=existing,
+            limit_left=max(0, pool.max_nodes - existing), lids=index.of_pool_round.get((rnd, name), []))
+        heap.append((0.0, turn, name))  # every pool is asked once, in score order, before any batch is taken
+    heapq.heapify(heap)
+    order = 0
+    while heap:
+        _, turn, name = heapq.heappop(heap)
+        pk = packs[name]
+        nxt = next_batch(st, ls, pk)
+        if not isinstance(nxt, Batch):
+            ends[(rnd, name)] = (len(ends), *nxt)
+            continue
+        pattern, safe_until, n_total = nxt
+        cost = pk.cost(pattern, ls.classes, worth)
+        if heap and cost > heap[0][0] * (1 + 1e-9):
+            heapq.heappush(heap, (cost, turn, name))  # another pool packs more for its price now: ask it first
+            continue
+        if not take_batch(st, ls, pk, priority, pattern, safe_until, n_total):
+            ends[(rnd, name)] = (len(ends), "token budget exhausted for this pass", None)
+            continue
+        if pk.launched and not pk.first:
+            order += 1
+            pk.first = order
+        heapq.heappush(heap, (cost, turn, name))
+    for pk in sorted((p for p in packs.values() if p.launched), key=lambda p: p.first):
+        launch_action(st, ls, priority, pk)
+
+
+class Batch(NamedTuple):
+    pattern: dict[str, int]  # class key -> units per node
+    safe_until: float  # when the calendar may take the nodes' capacity back
+    n_total: int  # the first node's number in the pool (ours, those planned, and these)
+
+
+def next_batch(st: PlanState, ls: Launches, pk: PoolPack) -> Batch | tuple[str, float | None]:
+    """The next batch ``pk`` would launch: (pattern, safe_until, the node's number in the pool), or why it can
+    launch no more: (reason, window)."""
+    inp, now, policy = st.inp, st.now, st.inp.policy
+    name, pool = pk.name, pk.pool
+    why = ls.held(st, name, pool, pk.price, pk.launched, pk.free, pk.limit_left)
+    if why:
+        return why, None
+    cal = inp.calendars.get(name)
+    n_total = pk.existing + pk.launched + 1
+    safe_until = cal.safe_until(n_total, now) if cal else now + 24 * 3600
+    if cal and calendar_advisory_due(safe_until, now + pool.boot_seconds, policy):
+        # the same rule that cordons a node ahead of a reservation: a node launched now would
+        # be cordoned before it is up, and the work meant for it could never land there
+        return (f"calendar: {name} takes capacity back at {when_text(safe_until, now)}; a node launched now "
+                f"would be cordoned by the calendar advisory ({duration_text(policy.calendar_advisory_seconds)} "
+                f"ahead) before it boots"), None
+    window = safe_until - now - policy.drain_seconds - pool.boot_seconds
+    if name in inp.no_notice_pools:
+        window = min(window, policy.no_notice_max_seconds)
+        if pool.kind is PoolKind.BAREMETAL:
+            window = min(window, policy.no_notice_max_seconds / 2)
+    pattern = st.index().fill(name, pk.lids, pool.shape, st.remaining, window)
+    if not pattern:  # the work longer than the window is told so (see pack_new)
+        return f"calendar: {name} takes capacity back at {when_text(safe_until, now)}, too soon for ", window
+    return Batch(pattern, safe_until, n_total)
+
+
+def take_batch(st: PlanState, ls: Launches, pk: PoolPack, priority: Priority, pattern: dict[str, int],
+               safe_until: float, n_total: int) -> bool:
+    """Launch identical nodes of ``pattern`` in ``pk``'s pool: as many as units, headroom, limits, quota, spend
+    and the calendar's step allow. False: the token budget is out."""
+    remaining, index, policy = st.remaining, st.index(), st.inp.policy
+    cal = st.inp.calendars.get(pk.name)
+    reps = min(remaining[k] // c for k, c in pattern.items())
+    reps = min(reps, pk.free - pk.launched, pk.limit_left - pk.launched, ls.room)
+    reps = ls.bound(reps, pk.pool, pk.price, policy.spend_cap_per_hour)
+    if cal:
+        reps = min(reps, same_window_count(cal, n_total, st.now))
+    reps = max(reps, 1)
+    granted = st.tokens(priority, reps)
+    if granted <= 0:
+        if not ls.budget_out:
+            st.explain.append(f"{pk.name}: token budget exhausted")
+        ls.budget_out = True
+        return False
+    reps = granted
+    for k, c in pattern.items():
+        remaining[k] -= c * reps
+        pk.units += c * reps
+        pk.placed.add(k)
+        index.placed(k, remaining)
+    pk.segments.append([reps, safe_until, max(ls.classes[k].expected_seconds for k in pattern)])
+    pk.launched += reps
+    ls.take(reps, pk.pool, pk.price)
+    pk.earliest_safe = safe_until if pk.earliest_safe is None else min(pk.earliest_safe, safe_until)
+    return True
+
+
+def launch_action(st: PlanState, ls: Launches, priority: Priority, pk: PoolPack) -> None:
+    """The one launch action of a pool's nodes in a round, and its explanation."""
+    inp, now, policy = st.inp, st.now, st.inp.policy
+    name, pool, price, cal = pk.name, pk.pool, pk.price, inp.calendars.get(pk.name)
+    ls.planned[name] = ls.planned.get(name, 0) + pk.launched
     per_hour = f"{price:.4f} {inp.rate_card.currency}/node-hour" if inp.rate_card else f"{price:.4f}/node-hour"
-    what = ("replacement capacity for " + ", ".join(sorted({e for k in placed for e in ls.classes[k].examples}))
-            if priority is Priority.REPLACEMENT else f"{units} pending units")
+    what = ("replacement capacity for " + ", ".join(sorted({e for k in pk.placed for e in ls.classes[k].examples}))
+            if priority is Priority.REPLACEMENT else f"{pk.units} pending units")
+    earliest_safe = pk.earliest_safe
     st.add(ActionKind.LAUNCH, priority,
-           f"{what}: {launched} × {name} ({shape_text(pool.shape)}) at {per_hour}"
+           f"{what}: {pk.launched} × {name} ({shape_text(pool.shape)}) at {per_hour}"
            + (f"; the calendar keeps the capacity until {when_text(earliest_safe, now)}"
               if earliest_safe and cal and earliest_safe < cal.end else ""),
-           pool=name, count=launched, units=units, price=price,
-           inputs={"safe_until": earliest_safe, "headroom": free, "score": round(score, 6), "segments": segments})
-    st.explain.append(f"{name}: launch {launched} node{'s' if launched != 1 else ''} for {units} units (score "
-                      f"{score:.4f}, {free} new nodes fit now, {per_hour})")
+           pool=name, count=pk.launched, units=pk.units, price=price,
+           inputs={"safe_until": earliest_safe, "headroom": pk.free, "score": round(pk.score, 6),
+                   "segments": pk.segments})
+    st.explain.append(f"{name}: launch {pk.launched} node{'s' if pk.launched != 1 else ''} for {pk.units} units "
+                      f"(score {pk.score:.4f}, {pk.free} new nodes fit now, {per_hour})")
     drop = next_drop(cal, now) if cal else None
     if drop is not None:
         at, before, after = drop
@@ -303,7 +407,6 @@ def pack_pool(st: PlanState, ls: Launches, priority: Priority, name: str, score:
             f"one of those is advised (cordoned: no new work) by the provider's calendar notice or the calendar "
             f"advisory ({duration_text(policy.calendar_advisory_seconds)} ahead), and drained before the "
             f"reservation starts")
-    return end
 
 
 def next_drop(cal: Calendar, now: float) -> tuple[float, int, int] | None:
@@ -317,7 +420,7 @@ def next_drop(cal: Calendar, now: float) -> tuple[float, int, int] | None:
 
 def fill_room(room: Shape, cands: list[DemandClass], remaining: dict[str, int],
               window: float | None) -> dict[str, int]:
-    """Greedy fill of one node's room: class key -> units (largest first, as sorted); work longer than
+    """Greedy fill of one node's room: class key -> units (in the plan's order: plan_input.demand_order); work longer than
     ``window`` (seconds, None: no limit) is left out."""
     pattern: dict[str, int] = {}
     for d in cands:

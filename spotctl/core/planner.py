@@ -79,7 +79,7 @@ def summary(st: PlanState) -> Plan:
         "placed_on_new_nodes": sum(a.units for a in st.actions if a.kind is ActionKind.LAUNCH),
         "unplaced": sum(st.unplaced.values()), "excluded": sum(inp.excluded.values()),
         "excluded_reasons": dict(sorted(inp.excluded.items())), "pending_after_plan": sum(st.remaining.values()),
-        "classes": [d.to_dict() for d in inp.demand[:50]],  # largest first, with up to 20 unit ids each
+        "classes": [d.to_dict() for d in inp.demand[:50]],  # in the plan's order (demand_order), with up to 20 unit ids each
     }
     inputs = {**st.base_inputs, "plan_input_digest": inp.digest(), "budget": inp.budget.to_dict(),
               "no_notice_pools": sorted(inp.no_notice_pools),

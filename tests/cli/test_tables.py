@@ -76,11 +76,11 @@ def test_status_golden(cli, clock):
 def test_status_counts_nodes_and_lists_them_only_with_nodes(cli, clock):
     two_passes(cli, clock)
     ids = [n["id"] for n in cli("-o", "json", "status").json["data"]["nodes"]]
-    assert len(ids) == 32
+    assert len(ids) == 33
     summary = table(cli, "status")
     assert not any(i in summary for i in ids)
     # (the reservation on gp-rsv-az2-hv01 is 76 minutes away: its nodes take work until an hour before)
-    assert "nodes: 32 live (active 24, building 8); `spotctl status --nodes` lists them" in summary
+    assert "nodes: 33 live (active 20, building 13); `spotctl status --nodes` lists them" in summary
     listed = table(cli, "status", "--nodes")
     rows = [line for line in listed.splitlines() if line.startswith("│ spot-")]
     assert sorted(r.split("│")[1].strip() for r in rows) == sorted(ids)  # one row each, ids never cut
