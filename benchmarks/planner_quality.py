@@ -153,7 +153,7 @@ def run(sc: Scenario, label: str) -> tuple[dict, Timed, Fallback]:
         "served_pct": rep["demand"]["served_pct"],
         "wait_mean": statistics.fmean(waits) if waits else 0.0, "wait_p95": rep["wait_seconds"]["p95"],
         "waits": list(waits),
-        "cal": w.stats["interrupted_calendar"], "inter": inter["lost_units"] + inter["requeued_units"],
+        "cal": w.stats["interrupted_calendar"], "cal_seen": w.stats["interrupted_calendar_foreseen"], "inter": inter["lost_units"] + inter["requeued_units"],
         "lost_h": w.stats["work_lost_seconds"] / 3600.0,
         "actions": sum(rep["reconciler"]["actions"].values()),
         "plan_ms": list(timed.times),
@@ -162,14 +162,14 @@ def run(sc: Scenario, label: str) -> tuple[dict, Timed, Fallback]:
     return row, timed, fb
 
 
-COLS = ("scenario", "planner", "cost EUR", "served", "served%", "wait mean", "wait p95", "cal.int", "all int",
+COLS = ("scenario", "planner", "cost EUR", "served", "served%", "wait mean", "wait p95", "cal.int (seen)", "all int",
         "lost u-h", "actions", "plan ms mean/max")
 
 
 def fmt_row(name: str, label: str, r: dict) -> list[str]:
     ms = r["plan_ms"]
     return [name, label, f"{r['cost']:.2f}", str(r["started"]), f"{100 * r['started'] / max(1, r['servable']):.1f}",
-            f"{r['wait_mean']:.0f}s", f"{r['wait_p95']:.0f}s", str(r["cal"]), str(r["inter"]), f"{r['lost_h']:.1f}",
+            f"{r['wait_mean']:.0f}s", f"{r['wait_p95']:.0f}s", f"{r['cal']} ({r['cal_seen']})", str(r["inter"]), f"{r['lost_h']:.1f}",
             str(r["actions"]), f"{statistics.fmean(ms):.1f}/{max(ms):.1f}" if ms else "-"]
 
 
@@ -190,7 +190,7 @@ def total(rows: list[dict]) -> dict:
         "servable": sum(r["servable"] for r in rows),
         "wait_mean": statistics.fmean(waits) if waits else 0.0,
         "wait_p95": percentile(sorted(waits), 0.95) if waits else 0.0, "waits": waits,
-        "cal": sum(r["cal"] for r in rows), "inter": sum(r["inter"] for r in rows),
+        "cal": sum(r["cal"] for r in rows), "cal_seen": sum(r["cal_seen"] for r in rows), "inter": sum(r["inter"] for r in rows),
         "lost_h": sum(r["lost_h"] for r in rows), "actions": sum(r["actions"] for r in rows),
         "plan_ms": [x for r in rows for x in r["plan_ms"]],
     }
