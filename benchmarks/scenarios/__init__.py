@@ -8,18 +8,20 @@ way ``spotctl simulate`` does (``SimWorld.new`` on the region), for :func:`spotc
 Pools are drawn from five families (general-purpose, memory, CPU VMs; CPU and GPU bare metal), over three
 AZs, half of them ``reserved-idle`` (cheaper, with reservations coming) and half ``headroom``. The suite:
 
-- ``mixed-6``     6 pools, the default work mix (Slurm jobs 20 min - 8 h, pods, bursts), 12 h;
-- ``long-slurm-12``  12 pools, long Slurm jobs (2-12 h time limits), short pods (10 min), reservations
-  starting 1-4 h after they are made in most pools (busy pools), 10 h;
-- ``gpu-burst-10``   10 pools with GPU bare metal, frequent large bursts (array jobs), 8 h;
-- ``spiky-16``    16 pools, prices jumping by up to +-40 % every 3 rate-card ticks, 8 h;
-- ``failing-12``  12 pools: the two cheapest fail to launch (NoValidHost) for the first 3 h, and 5 % of
-  all builds fail; a degraded-contract pool (its hard notices come 60 s before the deadline), 6 h;
-- ``spend-cap-20``   20 pools under a tight spend cap (the region's €/h), 6 h;
-- ``wide-50``     50 pools, everything at once (reservations, swings, a failing pool), 3 h;
-- ``wide-100``    100 pools, the same, 1.5 h.
+Every scenario has reservations that start mid-run in busy pools (:func:`busy_leases`: most pools get
+leases, made 40 min - 4 h before they start):
 
-``--quick`` keeps the first three, shorter.
+- ``mixed-6``     6 pools, the default work mix (Slurm jobs 20 min - 8 h, pods, bursts), 24 h;
+- ``long-slurm-12``  12 pools, long Slurm jobs (2-12 h time limits), short pods (10 min), 16 h;
+- ``gpu-burst-10``   10 pools with GPU bare metal, frequent large bursts (array jobs), 12 h;
+- ``spiky-16``    16 pools, prices jumping by up to +-40 % every 3 rate-card ticks, 12 h;
+- ``failing-12``  12 pools: the three cheapest fail to launch (NoValidHost) for the first 6 h, 5 % of all
+  builds fail, surges every hour; a degraded-contract pool (its hard notices come 60 s before the deadline), 8 h;
+- ``spend-cap-20``   20 pools under a tight spend cap (25 EUR/h), heavy demand, 8 h;
+- ``wide-50``     50 pools, everything at once (swings, build failures, two failing pools, quota), 6 h;
+- ``wide-100``    100 pools, reservations, swings and quota, 3 h.
+
+``--quick`` keeps the first three (at most 3 h) and ``failing-12`` (2 h).
 """
 
 from __future__ import annotations
@@ -119,48 +121,48 @@ def suite(quick: bool = False) -> list[Scenario]:
     base = Knobs()
 
     p = make_pools(6, 101)
-    out.append(Scenario("mixed-6", 101, 12, make_region("mixed-6", p, 101), busy_leases(base),
+    out.append(Scenario("mixed-6", 101, 24, make_region("mixed-6", p, 101), busy_leases(base),
                         notes="default work mix, reservations mid-run"))
 
     p = make_pools(12, 202, gpu=False)
-    out.append(Scenario("long-slurm-12", 202, 10, make_region("long-slurm-12", p, 202, pod_seconds=600),
+    out.append(Scenario("long-slurm-12", 202, 16, make_region("long-slurm-12", p, 202, pod_seconds=600),
                         busy_leases(replace(base, slurm_limits=(7200, 14400, 28800, 43200), arrivals_per_hour=70.0)),
                         notes="long Slurm jobs (2-12 h), 10-min pods, busy reserved pools"))
 
     p = make_pools(10, 303)
-    out.append(Scenario("gpu-burst-10", 303, 8, make_region("gpu-burst-10", p, 303),
+    out.append(Scenario("gpu-burst-10", 303, 12, make_region("gpu-burst-10", p, 303),
                         busy_leases(replace(base, burst_probability=0.5, burst_size=(20, 60))),
                         notes="GPU bare metal, frequent array-job bursts"))
 
     p = make_pools(16, 404)
-    out.append(Scenario("spiky-16", 404, 8, make_region("spiky-16", p, 404),
+    out.append(Scenario("spiky-16", 404, 12, make_region("spiky-16", p, 404),
                         busy_leases(replace(base, price_swing_ticks=3, price_swing=0.4)),
                         notes="prices jump +-40 % every 3 rate-card ticks"))
 
     p = make_pools(12, 505, gpu=False)
-    fail = _names(cheapest(p, 2))
+    fail = _names(cheapest(p, 3))
     late = sorted(n for n in p if n.startswith("gp-") and n not in fail)[:1]
-    out.append(Scenario("failing-12", 505, 6, make_region("failing-12", p, 505),
+    out.append(Scenario("failing-12", 505, 8, make_region("failing-12", p, 505),
                         busy_leases(replace(base, build_failure_rate=0.05, late_notice_pools=tuple(late),
                                             surges_per_day=24.0)),
-                        failures=tuple((n, 3 * 3600.0) for n in fail), tags=frozenset({"fallback"}),
-                        notes=f"NoValidHost in {', '.join(fail)} for 3 h, 5 % builds fail, "
+                        failures=tuple((n, 6 * 3600.0) for n in fail), tags=frozenset({"fallback"}),
+                        notes=f"NoValidHost in {', '.join(fail)} for 6 h, 5 % builds fail, "
                               f"degraded contract in {', '.join(late)}"))
 
     p = make_pools(20, 606)
-    out.append(Scenario("spend-cap-20", 606, 6, make_region("spend-cap-20", p, 606, spend_cap=25.0),
+    out.append(Scenario("spend-cap-20", 606, 8, make_region("spend-cap-20", p, 606, spend_cap=25.0),
                         busy_leases(replace(base, arrivals_per_hour=200.0)), tags=frozenset({"spend_cap"}),
                         notes="spend cap 25 EUR/h, heavy demand"))
 
     p = make_pools(50, 707)
-    fail = _names(cheapest(p, 1))
-    out.append(Scenario("wide-50", 707, 3, make_region("wide-50", p, 707, launches=100),
+    fail = _names(cheapest(p, 2))
+    out.append(Scenario("wide-50", 707, 6, make_region("wide-50", p, 707, launches=100),
                         busy_leases(replace(base, price_swing_ticks=4, price_swing=0.3, build_failure_rate=0.02,
                                             quota_instances=600, quota_vcpu=12000, quota_ram_mb=48 * 1024 * 1024)),
-                        failures=tuple((n, 3600.0) for n in fail), notes="everything at once"))
+                        failures=tuple((n, 3 * 3600.0) for n in fail), notes="everything at once"))
 
     p = make_pools(100, 808)
-    out.append(Scenario("wide-100", 808, 1.5, make_region("wide-100", p, 808, launches=200),
+    out.append(Scenario("wide-100", 808, 3, make_region("wide-100", p, 808, launches=200),
                         busy_leases(replace(base, price_swing_ticks=4, price_swing=0.3, quota_instances=1200,
                                             quota_vcpu=24000, quota_ram_mb=96 * 1024 * 1024)),
                         notes="everything at once, 100 pools"))
