@@ -25,6 +25,12 @@ Objectives
     least what spotctl placed; ``max_units``: the most units placed within the €/h spotctl's launches
     cost (the spend-cap comparison).
 
+:func:`plan` is the MILP as a planner (the same interface as :func:`spotctl.core.planner.plan`): spotctl's
+plan with its launches replaced by the MILP's (objective ``place``: the most units, then the least
+risk-weighted €/h). Its packing adds to the aggregate one a node-fraction restriction (Σ x_c / k_c ≤ n,
+k_c: units of class c one node holds), exact for a segment of one class and conservative for mixes, so
+that the nodes it launches can hold what it places; the schedulers then place the work as they do.
+
 The packing is **aggregate** per pool segment (vCPU/RAM/GPU totals, not unit-by-node patterns): a
 relaxation, so the MILP's value is a **bound** (a lower bound on the least cost, an upper bound on the
 units that fit), and the gaps it gives are upper bounds of the gaps to the true optimum. A solve that
@@ -35,15 +41,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from spotctl.core.actions import Action, Plan
 from spotctl.core.budget import Priority
 from spotctl.core.models import ActionKind, PoolKind
 from spotctl.core.notices import calendar_advisory_due
 from spotctl.core.plan_demand import fill_existing, nodes_by_pool, pack_new
 from spotctl.core.plan_housekeeping import housekeeping, protect_windows
-from spotctl.core.plan_input import DemandClass, PlanInput
+from spotctl.core.plan_input import REPLACEMENT, DemandClass, PlanInput
 from spotctl.core.plan_state import PlanState
+from spotctl.core.planner import plan as spotctl_plan
 
 INF = math.inf
 
@@ -72,7 +80,8 @@ class Decision:
     cost: float  # €/h of spotctl's launches
     risk_cost: float  # the same, risk-weighted
     spend_left: float | None  # spend cap minus the nodes that stay (None: no cap)
-    tokens: int  # launches the token budget allows
+    tokens: int  # launches the token budget allows (at the replacement class: the most any launch gets)
+    tokens_launch: int  # ... at the launch class
     segments: list[Segment] = field(default_factory=list)
 
     @property
@@ -87,6 +96,7 @@ def decision(inp: PlanInput) -> Decision:
     left = {k: v for k, v in st.remaining.items() if v > 0}
     classes = [d for d in st.demand if left.get(d.key, 0) > 0 and d.pools]
     _, tokens = st.bucket.take(10**9, Priority.REPLACEMENT, st.now)  # the most any launch class may get
+    _, tokens_launch = st.bucket.take(10**9, Priority.LAUNCH, st.now)
     spend = sum(st.prices.get(n.pool, n.price) for n in inp.nodes if n.id not in st.leaving)
     cap = inp.policy.spend_cap_per_hour
     n_before = len(st.actions)
@@ -100,7 +110,7 @@ def decision(inp: PlanInput) -> Decision:
             risk_cost += a.count * (a.price or 0.0) * risk(inp, a.pool)
     placed = {k: left[k] - st.remaining.get(k, 0) for k in left if left[k] - st.remaining.get(k, 0) > 0}
     d = Decision(inp, classes, left, placed, launches, cost, risk_cost,
-                 None if cap is None else cap - spend, int(tokens))
+                 None if cap is None else cap - spend, int(tokens), int(tokens_launch))
     d.segments = segments(inp, st.prices)
     return d
 
@@ -145,6 +155,8 @@ class Solution:
     seconds: float
     units: int = 0
     cost: float = 0.0
+    nodes: dict[str, int] = field(default_factory=dict)  # pool -> new nodes in the solution
+    placed: dict[str, dict[str, int]] = field(default_factory=dict)  # pool -> class key -> units
 
 
 def solve(d: Decision, objective: str = "min_cost", *, euro_per_hour: float | None = None,
@@ -174,6 +186,9 @@ def solve(d: Decision, objective: str = "min_cost", *, euro_per_hour: float | No
     seg_cols: list[tuple[Segment, int]] = []
     by_class: dict[str, list[int]] = {c.key: [] for c in d.classes}
     maximise = objective == "max_units"
+    place = objective == "place"  # the planner's: most units, then least cost
+    weight = 1.0 + max((prices[s.pool] * risk(inp, s.pool) for s in d.segments), default=0.0)
+    placements: list[tuple[str, str, int]] = []  # (pool, class key, column)
     for s in d.segments:
         pool = inp.pools[s.pool]
         price = prices[s.pool]
@@ -183,12 +198,16 @@ def solve(d: Decision, objective: str = "min_cost", *, euro_per_hour: float | No
         xs: list[tuple[DemandClass, int]] = []
         for c in d.classes:
             if s.pool in c.pools and c.expected_seconds <= s.window:
-                x = col(-1.0 if maximise else 0.0, d.left[c.key])
+                x = col(-1.0 if maximise else (-weight if place else 0.0), d.left[c.key])
                 xs.append((c, x))
                 by_class[c.key].append(x)
+                placements.append((s.pool, c.key, x))
         if not xs:
             continue
         sh = pool.shape
+        if place:  # the node-fraction restriction: what the nodes launched can hold
+            rows.append((-INF, 0.0, [x for _, x in xs] + [n],
+                         [1.0 / max(1, c.shape.count_in(sh)) for c, _ in xs] + [-1.0]))
         for attr, cap in (("vcpu", sh.vcpu), ("ram_mb", sh.ram_mb), ("gpus", sh.gpus)):
             idx = [x for c, x in xs if getattr(c.shape, attr)]
             if idx:
@@ -196,7 +215,7 @@ def solve(d: Decision, objective: str = "min_cost", *, euro_per_hour: float | No
                                                     if getattr(c.shape, attr)] + [-float(cap)]))
     for c in d.classes:
         idx = by_class[c.key]
-        lo = float(d.placed.get(c.key, 0)) if not maximise else 0.0
+        lo = float(d.placed.get(c.key, 0)) if objective == "min_cost" else 0.0
         if lo > 0 and not idx:
             return Solution("infeasible", INF, False, time.perf_counter() - t0)
         if idx:
@@ -205,7 +224,8 @@ def solve(d: Decision, objective: str = "min_cost", *, euro_per_hour: float | No
     q = inp.quota
     shapes = [inp.pools[s.pool].shape for s, _ in seg_cols]
     if ns:
-        rows.append((-INF, float(min(inp.policy.max_launches_per_pass, d.tokens)), ns, [1.0] * len(ns)))
+        tokens = d.tokens_launch if place else d.tokens
+        rows.append((-INF, float(min(inp.policy.max_launches_per_pass, tokens)), ns, [1.0] * len(ns)))
         if q.instances is not None:
             rows.append((-INF, float(q.instances), ns, [1.0] * len(ns)))
         if q.vcpu is not None:
@@ -231,6 +251,18 @@ def solve(d: Decision, objective: str = "min_cost", *, euro_per_hour: float | No
     sol = h.getSolution().col_value if ncols else []
     units = int(round(sum(sol[x] for xs in by_class.values() for x in xs))) if ncols else 0
     cost = sum(sol[n] * prices[s.pool] for s, n in seg_cols) if ncols else 0.0
+    if place:
+        nodes: dict[str, int] = {}
+        for s, n in seg_cols:
+            k = int(round(sol[n]))
+            if k:
+                nodes[s.pool] = nodes.get(s.pool, 0) + k
+        placed: dict[str, dict[str, int]] = {}
+        for pool_name, key, x in placements:
+            k = int(round(sol[x]))
+            if k:
+                placed.setdefault(pool_name, {})[key] = placed.get(pool_name, {}).get(key, 0) + k
+        return Solution(status, float(units), exact, secs, units, cost, nodes, placed)
     if maximise:
         # the objective is −units + a tie-break: its dual bound bounds the units from above
         bound = float(units) if exact else -float(info.mip_dual_bound)
@@ -239,3 +271,28 @@ def solve(d: Decision, objective: str = "min_cost", *, euro_per_hour: float | No
     if not ncols:
         value = 0.0
     return Solution(status, value, exact, secs, units, cost)
+
+
+def plan(inp: PlanInput, time_limit: float = 2.0) -> Plan:
+    """The MILP as a planner: spotctl's plan for ``inp`` (housekeeping, protection, scale-down as it decides
+    them) with its launches replaced by those of the ``place`` MILP (the most units, then the least cost)."""
+    base = spotctl_plan(inp)
+    d = decision(inp)
+    keep = [a for a in base.actions if a.kind is not ActionKind.LAUNCH]
+    launches: list[Action] = []
+    if d.classes and d.segments:
+        sol = solve(d, "place", time_limit=time_limit)
+        prices = inp.rate_card.prices if inp.rate_card else {}
+        kinds = {c.key: c.scheduler for c in d.classes}
+        for pool_name, count in sorted(sol.nodes.items()):
+            got = sol.placed.get(pool_name, {})
+            replacement = any(kinds.get(k) == REPLACEMENT for k in got)
+            units = sum(got.values())
+            launches.append(Action(
+                id="", kind=ActionKind.LAUNCH, priority=Priority.REPLACEMENT if replacement else Priority.LAUNCH,
+                reason=f"MILP reference: {units} units on {count} × {pool_name} at {prices[pool_name]:.4f}/node-hour",
+                pool=pool_name, count=count, units=units, price=prices[pool_name],
+                inputs={"milp_status": sol.status}))
+    ordered = sorted(enumerate(keep + launches), key=lambda ia: (ia[1].priority, ia[0]))
+    actions = tuple(replace(a, id=f"{base.id}-{i:03d}") for i, (_, a) in enumerate(ordered))
+    return replace(base, actions=actions)
