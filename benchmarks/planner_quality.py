@@ -204,7 +204,7 @@ def verdict(ok: bool) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="four scenarios, shorter")
+    ap.add_argument("--quick", action="store_true", help="five scenarios, shorter")
     ap.add_argument("--only", action="append", default=[], help="run only this scenario (repeatable)")
     ap.add_argument("--no-milp-planner", action="store_true", help="leave out the runs planned by the MILP")
     args = ap.parse_args(argv)

@@ -21,7 +21,7 @@ leases, made 40 min - 4 h before they start):
 - ``wide-50``     50 pools, everything at once (swings, build failures, two failing pools, quota), 6 h;
 - ``wide-100``    100 pools, reservations, swings and quota, 3 h.
 
-``--quick`` keeps the first three (at most 3 h) and ``failing-12`` (2 h).
+``--quick`` keeps the first three (at most 3 h), ``failing-12`` and ``spend-cap-20`` (2 h each).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def busy_leases(knobs: Knobs) -> Knobs:
 
 
 def suite(quick: bool = False) -> list[Scenario]:
-    """The scenarios, in order (``quick``: three of them, shorter)."""
+    """The scenarios, in order (``quick``: five of them, shorter)."""
     out: list[Scenario] = []
     base = Knobs()
 
@@ -167,7 +167,7 @@ def suite(quick: bool = False) -> list[Scenario]:
                                             quota_vcpu=24000, quota_ram_mb=96 * 1024 * 1024)),
                         notes="everything at once, 100 pools"))
     if quick:
-        return [replace(s, hours=min(s.hours, 3.0)) for s in out[:3]] + [replace(out[4], hours=2.0)]
+        return [replace(s, hours=min(s.hours, 3.0)) for s in out[:3]] + [replace(s, hours=2.0) for s in out[4:6]]
     return out
 
 
