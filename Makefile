@@ -12,7 +12,7 @@ ifneq ($(shell $(PY) -c 'import pip' >/dev/null 2>&1 && echo ok),ok)
 .PHONY: $(STAMP)
 endif
 
-.PHONY: demo test install bootstrap lint unit docs docs-check bench bench-services testenv-up testenv-down clean
+.PHONY: demo test install bootstrap lint unit docs docs-check bench bench-planner bench-services testenv-up testenv-down clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -70,6 +70,12 @@ test: install
 
 bench: install
 	@$(PY) benchmarks/run.py
+
+# Planner quality (issue 18): spotctl's planner vs a price-greedy baseline and a per-decision MILP bound (HiGHS,
+# the `bench` extra, installed here) over benchmarks/scenarios; BENCH_ARGS=--quick for a small subset.
+bench-planner: install
+	@$(PY) -c 'import highspy' >/dev/null 2>&1 || $(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	@$(PY) benchmarks/planner_quality.py $(BENCH_ARGS)
 
 # Benchmarks against the real test services (brought up and stopped here), and `bundle serve` under
 # 1,000 mutual-TLS agents on loopback (benchmarks/bundle_serve.py, which starts its own server).

@@ -325,9 +325,10 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
     return inp
 
 
-def planned(inp: PlanInput) -> Plan:
-    """The pure planner on ``inp``, its result logged: the actions by kind and the planner's time (-v),
-    and each action with its reason (-vv)."""
+def planned(inp: PlanInput, planner: Callable[[PlanInput], Plan] | None = None) -> Plan:
+    """The pure planner on ``inp`` (``planner``, a variant behind the same interface: the runtime's
+    ``Runtime.planner``; None: spotctl's planner), its result logged: the actions by kind and the planner's
+    time (-v), and each action with its reason (-vv)."""
     import gc
 
     # The planner is pure CPU over small objects made and dropped by the hundred thousand, with no cycles
@@ -340,7 +341,7 @@ def planned(inp: PlanInput) -> Plan:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        p = make_plan(inp)
+        p = (planner or make_plan)(inp)
     finally:
         if collecting:
             gc.enable()

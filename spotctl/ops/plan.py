@@ -19,7 +19,7 @@ def show_plan(rt: Runtime) -> tuple[Plan, dict[str, str], list[str]]:
     """The plan, the sources that were unavailable, and those that refused our credentials."""
     snap = observe(rt)
     conformance = contract.evaluate(rt, snap)
-    return (planned(plan_input(rt, snap, no_notice=contract.degraded_pools(conformance))), snap.degraded,
+    return (planned(plan_input(rt, snap, no_notice=contract.degraded_pools(conformance)), rt.planner), snap.degraded,
             snap.auth_failed)
 
 

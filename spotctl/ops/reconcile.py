@@ -100,7 +100,7 @@ def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassRe
             _record_history(rt, snap)
         lap = _lap("contract" if dry_run else "contract and node records", lap)
         inp = plan_input(rt, snap, nodes, no_notice=contract.degraded_pools(conformance))
-        plan = planned(inp)
+        plan = planned(inp, rt.planner)
         lap = _lap("plan", lap)
         result.plan = plan
         rt.progress(f"plan {plan.id}: {len(plan.actions)} actions")
@@ -217,7 +217,7 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str],
         # draws on what is left of the pass's observe deadline (a source still late: no fallback launch).
         rt.progress(f"launch failed in {', '.join(p or '?' for p in failed_pools)}: re-planning without it")
         snap = observe(rt, budget)
-        current = planned(plan_input(rt, snap, no_notice=no_notice))
+        current = planned(plan_input(rt, snap, no_notice=no_notice), rt.planner)
         if not any(a.kind == "launch" for a in current.actions):
             break
     return outcomes

@@ -11,15 +11,21 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from spotctl.core.actions import Plan
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import RefusedError
 from spotctl.core.identity import Identity
+from spotctl.core.plan_input import PlanInput
+from spotctl.core.planner import plan as default_planner
 from spotctl.core.ports import Clock, CloudPort, ContractPort, SchedulerPort, Simulation, SystemClock
 from spotctl.state.store import Store
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+#: A pure planner: ``spotctl.core.planner.plan`` unless a benchmark or a what-if study swaps it for a
+#: variant behind the same interface (e.g. ``spotctl.core.plan_greedy.plan``)
+Planner = Callable[[PlanInput], Plan]
 
 
 class LockWait(Protocol):
@@ -82,6 +88,7 @@ class Runtime:
     outlets: dict = field(default_factory=dict)  # relay destinations: "kafka", "audit" (see ops.relay)
     lock_wait: LockWait | None = None  # shows a wait for the region lock (the CLI's spinner); None: silent
     identity: Identity | None = None  # the validated login when the region has [identity] (issue 15)
+    planner: Planner = default_planner  # what a pass plans with (observe.planned): the real planner by default
 
     def lock(self, wait: float = 0.0, purpose: str = "") -> bool:
         """Take the region's pass lock, waiting up to ``wait`` seconds for it (0: not at all); False when it

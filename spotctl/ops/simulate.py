@@ -20,9 +20,9 @@ from spotctl.core.errors import UsageError
 from spotctl.core.ports import FixedClock
 from spotctl.state.store import Store
 
-from .reconcile import run_pass
+from .reconcile import PassResult, run_pass
 from .relay import queued_kinds
-from .runtime import Runtime
+from .runtime import Planner, Runtime, default_planner
 
 # A fixed default start keeps a simulation reproducible for a seed: Monday 2026-01-05 00:00 UTC.
 DEFAULT_START = 1767571200.0
@@ -32,7 +32,12 @@ WorldFactory = Callable[[RegionConfig, float, int], tuple]
 
 def simulate(region: RegionConfig, build: WorldFactory, *, hours: float, seed: int | None, interval: int = 60,
              start: float | None = None, state_dir: str | Path | None = None,
-             progress: Callable[[str], None] = lambda _: None) -> dict:
+             progress: Callable[[str], None] = lambda _: None, planner: Planner = default_planner,
+             on_pass: Callable[[float, PassResult], None] | None = None) -> dict:
+    """Replay ``hours`` of ``region`` (a world from ``build``) one reconcile pass per ``interval`` seconds, and
+    report. ``planner``: what the passes plan with (a variant behind :func:`spotctl.core.planner.plan`'s
+    interface, for benchmarks and what-if studies; spotctl's planner by default); ``on_pass``: called with the
+    virtual time and the result of every pass (what a benchmark measures beyond the world's report)."""
     if not 0 < hours <= 24 * 14:
         raise UsageError(f"--hours must be in (0, 336], got {hours}")
     if not 10 <= interval <= 3600:
@@ -51,7 +56,8 @@ def simulate(region: RegionConfig, build: WorldFactory, *, hours: float, seed: i
         store = Store.open(db, region.name, outbox_kinds=queued_kinds(region))
         try:
             rt = Runtime(region=region, store=store, cloud=cloud, contract=contract, schedulers=schedulers,
-                         clock=clock, actor="spotctl-simulate", concurrent_observe=False)
+                         clock=clock, actor="spotctl-simulate", concurrent_observe=False,
+                         planner=planner)
             passes = 0
             statuses: dict[str, int] = {}
             kinds: dict[str, int] = {}
@@ -64,6 +70,8 @@ def simulate(region: RegionConfig, build: WorldFactory, *, hours: float, seed: i
                 clock.t = t
                 r = run_pass(rt)
                 passes += 1
+                if on_pass is not None:
+                    on_pass(t, r)
                 statuses[r.status] = statuses.get(r.status, 0) + 1
                 for o in r.outcomes:
                     kinds[o.kind] = kinds.get(o.kind, 0) + (o.done if o.kind == "launch" else 1)

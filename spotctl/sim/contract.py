@@ -106,7 +106,10 @@ class Provider:
             t = slot * k.rate_card_seconds
             base = self._base.get(pool, 0.0)
             noise = 2.0 * mix(self._pkey.get(pool, 0), slot) - 1.0
-            p = round(base * (1.0 + k.price_diurnal * diurnal(t, 15.0) + k.price_noise * noise), 4)
+            p = base * (1.0 + k.price_diurnal * diurnal(t, 15.0) + k.price_noise * noise)
+            if k.price_swing_ticks > 0 and k.price_swing:  # spikes and drops, a block of ticks at a time
+                p *= 1.0 + k.price_swing * (2.0 * mix(self._pkey.get(pool, 0), slot // k.price_swing_ticks, 7) - 1.0)
+            p = round(p, 4)
             self._prices[(pool, slot)] = p
         return p
 
@@ -257,6 +260,11 @@ class Provider:
             return
         if deadline < 0:  # a lead, not a deadline (surges decide it when they fire)
             deadline = w.now - deadline
+        late = w.knobs.late_notice_lead
+        if inst.pool in w.knobs.late_notice_pools and deadline - w.now > late:
+            # a degraded contract: the notice comes late, ``late_notice_lead`` before the same deadline
+            w.push(deadline - late, "hard_issue", iid, deadline, source, ref)
+            return
         if source == "calendar":
             reason = f"reservation {ref} reclaims host {inst.host}: delete by {iso(deadline)}"
         else:

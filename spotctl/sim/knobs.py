@@ -54,6 +54,10 @@ class Knobs:
     surge_hard_delay: tuple[float, float] = (120.0, 900.0)   # advisory -> hard notice
     surge_hard_lead: tuple[float, float] = (120.0, 300.0)
     advisory_ttl: tuple[float, float] = (1200.0, 2400.0)     # an advisory clears after this
+    price_swing_ticks: int = 0          # every this many rate-card ticks a pool's price jumps (0: never) ...
+    price_swing: float = 0.0            # ... by a factor in 1 +- this, drawn per pool and block of ticks
+    late_notice_pools: tuple[str, ...] = ()      # pools whose hard notices come late (a degraded contract):
+    late_notice_lead: float = 60.0               # ... this many seconds before their deadline (< 120 s)
 
     # --- workload --------------------------------------------------------------
     arrivals_per_hour: float | None = None       # mean over the day; None = ~6.7 per pool
@@ -67,6 +71,7 @@ class Knobs:
     dependency_share: float = 0.03               # Slurm jobs waiting on a dependency
     begin_share: float = 0.02                    # Slurm jobs with a begin time in the future
     abandon_after_seconds: float = 12 * 3600.0   # never-started work is withdrawn after this
+    slurm_limits: tuple[int, ...] | None = None  # Slurm jobs' time limits (s) to draw from; None: 20 min - 8 h
     queue_depth: int = 5000                      # units each scheduler considers per step (like
                                                  # Slurm's bf_max_job_test): bounds a step's cost
 

@@ -43,6 +43,10 @@ def _order(u: WorkUnit) -> tuple:
     return (-u.priority, u.submitted_at, u.id)
 
 
+#: an interruption on a host whose reservation starts within this many seconds counts as a calendar reclaim
+CALENDAR_CAUSE_SECONDS = 7200.0
+
+
 class Run:
     __slots__ = ("unit", "node", "s", "started_at", "end_at", "token")
 
@@ -412,7 +416,33 @@ class Cluster:
     def _interrupt(self, run: Run, lost: bool) -> None:
         self._detach_run(run)
         self.add_pending(run.unit)
-        self.w.stats["lost_units" if lost else "requeued_units"] += 1
+        stats = self.w.stats
+        stats["lost_units" if lost else "requeued_units"] += 1
+        # what the interruption cost: the run's progress (no checkpoints in the model), and whether a
+        # reservation taking its node's host was the cause (the planner-quality benchmark reads both)
+        stats["work_lost_seconds"] += max(0, round(self.w.now - run.started_at))
+        cause = self._calendar_cause(run)
+        if cause:
+            stats["interrupted_calendar"] += 1
+            if cause == "foreseen":
+                stats["interrupted_calendar_foreseen"] += 1
+
+    def _calendar_cause(self, run: Run) -> str:
+        """Whether the run's node's host is about to be (or was just) taken by a reservation: a lease's deadline
+        within :data:`CALENDAR_CAUSE_SECONDS` ahead, or passed and the lease not over: ``foreseen`` when the
+        lease was made before the run started (the calendar showed it), ``late`` when after; '' when not."""
+        node = self.nodes.get(run.node)
+        fleet = self.w.fleet
+        inst = fleet.instances.get(node.instance_id) if node is not None else None
+        host = fleet.hosts.get(inst.host) if inst is not None else None
+        now = self.w.now
+        cause = ""
+        for lease in host.leases if host is not None else ():
+            if lease.deadline - CALENDAR_CAUSE_SECONDS <= now < lease.end:
+                if lease.created_at <= run.started_at:
+                    return "foreseen"
+                cause = "late"
+        return cause
 
     # --- nodes -----------------------------------------------------------------
 

@@ -81,8 +81,10 @@ def _shapes(bound: Shape, sizes: tuple[int, ...], gib_per_cpu: tuple[int, ...], 
     return tuple(out) or (Shape(bound.vcpu, bound.ram_mb, 0),)
 
 
-def build_templates(pools: dict[str, PoolSpec], pod_seconds: int) -> list[Template]:
-    """The work mix of a region: one pod kind per label set, one job kind per partition/feature."""
+def build_templates(pools: dict[str, PoolSpec], pod_seconds: int,
+                    slurm_limits: tuple[int, ...] | None = None) -> list[Template]:
+    """The work mix of a region: one pod kind per label set, one job kind per partition/feature (time limits
+    drawn from ``slurm_limits``, default 20 min - 8 h)."""
     ordered = [pools[n] for n in sorted(pools)]
     out: list[Template] = []
 
@@ -118,7 +120,8 @@ def build_templates(pools: dict[str, PoolSpec], pod_seconds: int) -> list[Templa
     for (partition, feats), weight in jobs.items():
         members = [p for p in ordered if p.slurm.partition == partition and set(feats) <= set(p.slurm.features)]
         out.append(Template(SLURM, weight, "slurm", partition, feats, (), (),
-                            _shapes(_min_shape(members), (4, 8, 16, 32, 64, 128), (2, 4, 8), 16), _SLURM_LIMITS))
+                            _shapes(_min_shape(members), (4, 8, 16, 32, 64, 128), (2, 4, 8), 16),
+                            tuple(slurm_limits or _SLURM_LIMITS)))
     return out
 
 
@@ -128,7 +131,7 @@ class Workload:
     def __init__(self, pools: dict[str, PoolSpec], seed: int, knobs: Knobs, pod_seconds: int):
         self.seed = seed
         self.knobs = knobs
-        self.templates = build_templates(pools, pod_seconds)
+        self.templates = build_templates(pools, pod_seconds, knobs.slurm_limits)
         self.total = sum(t.weight for t in self.templates)
         self.rate = knobs.arrivals_per_hour if knobs.arrivals_per_hour is not None else 40.0 * len(pools) / 6.0
         self.not_tolerating = Template(K8S, 0.0, "pod/default/web", None, (), (), (),

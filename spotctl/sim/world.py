@@ -48,7 +48,8 @@ STAT_KEYS = (
     "arrived", "queued_at_start", "excluded", "started", "completed", "abandoned", "withdrawn", "lost_units",
     "requeued_units", "launched", "launch_failures", "deleted", "reclaimed", "vanished", "nodes_lost_without_notice",
     "notices_hard", "notices_advisory", "notices_calendar", "notices_handled", "notices_missed",
-    "surges", "reclaims",
+    "surges", "reclaims", "interrupted_calendar",
+    "interrupted_calendar_foreseen", "work_lost_seconds",
 )
 
 
