@@ -65,11 +65,11 @@ class CrashingCloud:
     def __getattr__(self, name):
         return getattr(self._cloud, name)
 
-    def create_instance(self, pool, name, action_id):
+    def create_instance(self, pool, name, action_id, choice=None):
         self.calls += 1
         if self.calls == self.at_call and self.when == "before_effect":
             raise Crash("killed between intent and effect")
-        inst = self._cloud.create_instance(pool, name, action_id)
+        inst = self._cloud.create_instance(pool, name, action_id, choice)
         if self.calls == self.at_call and self.when == "after_effect":
             raise Crash("killed between effect and its record")
         return inst
