@@ -6,8 +6,8 @@ calendar) may put a node meant for 8 hours of work on a host a reservation takes
 rules close the gap, and the adapters only apply them:
 
 - **before the boot** (:func:`launch_choices`, :func:`pick_host`): a node of a launch may land only on a
-  host that no reservation takes before ``not_before`` = now + boot + the longest work packed for it +
-  drain + the advisory's drain margin (the same margin :func:`~spotctl.core.notices.node_protection`
+  host that no reservation takes before ``not_before`` = now + boot + the longest work packed for it (at
+  least ``default_pod_seconds``) + drain + the advisory's drain margin (the same margin :func:`~spotctl.core.notices.node_protection`
   keeps). The plan records ``not_before`` per packing segment in the launch action's inputs
   (``host_choice``), so the choice is replayable from the recorded plan input; the cloud port receives
   it as a :class:`HostChoice`. The simulator honours it; the OpenStack adapter enforces it with a
@@ -45,8 +45,12 @@ def not_before(now: float, pool: PoolSpec, policy: Policy, longest_seconds: floa
 
 def launch_choices(inputs: dict[str, Any], now: float, pool: PoolSpec, policy: Policy) -> list[float]:
     """``not_before`` of each packing segment of a launch action (its ``segments``: [nodes, safe_until,
-    longest unit seconds], as :func:`~spotctl.core.plan_demand.pack_pool` records them)."""
-    return [round(not_before(now, pool, policy, float(seg[2])), 3) for seg in inputs.get("segments") or []]
+    longest unit seconds], as :func:`~spotctl.core.plan_demand.pack_pool` records them). The work counted is
+    at least ``default_pod_seconds``: what the landing rule (:func:`landed_at_risk`, through
+    ``protect_windows``) expects could land on any new node, so that a node placed by this bound is never
+    flagged by that rule in the next pass."""
+    floor = policy.default_pod_seconds
+    return [round(not_before(now, pool, policy, max(float(seg[2]), floor)), 3) for seg in inputs.get("segments") or []]
 
 
 def choice_for_node(inputs: dict[str, Any], index: int) -> HostChoice | None:
