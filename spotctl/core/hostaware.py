@@ -136,8 +136,8 @@ def choose_hosts(st: PlanState) -> None:
         span = when_text(lo, now) if hi <= lo else f"{when_text(lo, now)} to {iso(hi, sep=' ')} (by the work packed)"
         st.explain.append(
             f"{a.pool}: the {a.count} new node{'s' if a.count != 1 else ''} may land only on hosts no reservation "
-            f"takes before {span}: boot + work + drain; the cloud is asked for such a host where it allows a "
-            f"host-targeted boot, and a node that lands on a host reserved sooner is closed to new work")
+            f"takes before {span}: boot + work + drain; the cloud keeps them off hosts reserved sooner where the "
+            f"region lets it (host_placement), and a node that lands on one anyway is closed to new work")
 
 
 HOST_RULE = "host reclaim >= now + boot + longest work + drain + advisory drain margin"

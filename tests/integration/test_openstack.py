@@ -188,6 +188,9 @@ class PendingQueue:
     def forget(self, node, reason):
         return None
 
+    def protect(self, node, until, closed=False):
+        self.protected = {**getattr(self, "protected", {}), node: (until, closed)}
+
 
 # -- headroom, quota -------------------------------------------------------------------------------
 
@@ -614,14 +617,15 @@ def _blazar_host(admin, name: str) -> str | None:
 
 @pytest.fixture
 def soon_reserved(admin, env, tmp_path):
-    """Pool "general" on two hosts, one of which a lease takes in about an hour: fake-compute-2 is handed to
+    """Pool "general" on two hosts, one of which a lease takes in 68-69 minutes: fake-compute-2 is handed to
     Blazar for the test (it joins Blazar's freepool, staying in agg-general) and leased by name. Yields a
     function of the pool's ``host_placement`` that returns (the region, the adapter, the lease start)."""
     from spotctl.adapters.openstack import OpenStackCloud
 
     if _blazar_host(admin, SOON) is None:
         _blazar(admin, "POST", "/os-hosts", json={"name": SOON})
-    start = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0) + dt.timedelta(hours=1)
+    # 68-69 minutes out: past the calendar advisory (an hour ahead, plus a boot), and a window shorter than an hour
+    start = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0) + dt.timedelta(minutes=69)
     lease = _blazar(admin, "POST", "/leases", json={
         "name": "itest-hostaware", "start_date": start.strftime("%Y-%m-%d %H:%M"),
         "end_date": (start + dt.timedelta(hours=2)).strftime("%Y-%m-%d %H:%M"), "events": [],
@@ -692,3 +696,36 @@ def test_a_boot_restricted_to_safe_hosts_lands_only_there(soon_reserved, admin, 
     t = time.time()
     assert landed_at_risk(NodeState.ACTIVE, 0, reclaims.get(risky.host), t, region.policy, 2 * 3600)
     assert not landed_at_risk(NodeState.ACTIVE, 0, reclaims.get(SAFE), t, region.policy, 2 * 3600)
+
+
+def test_a_node_nova_put_on_a_soon_reserved_host_is_closed_by_the_next_plan_and_explained(soon_reserved, runtime,
+                                                                                         admin):
+    """The landing check and its correction through real passes (``host_placement`` off, as the lab sets it): the
+    safe host is full of another tenant's servers, so Nova puts the pass's node on the host a lease takes in an
+    hour; the next pass reads where it landed and protects it as a calendar risk, and its plan says why."""
+    from spotctl.ops.reconcile import run_pass
+
+    soon_reserved("off")  # the lease on fake-compute-2
+    for i in range(3):  # fake-compute-1: 3 × 2 GiB of another tenant leave less than one medium node's RAM
+        s = _tenant_server(admin, SAFE, flavor="spot.medium")
+        admin.compute.update_server(s, name=f"tenant-{SAFE}-{i}")
+    runtime.schedulers = [PendingQueue(_units(1, 1200, features=("general",), vcpu=2, ram_mb=2048))]
+    first = run_pass(runtime)
+    launches = [o for o in first.outcomes if o.kind == "launch"]
+    assert len(launches) == 1, (first.plan.explain, first.plan.unplaced)
+    (launch,) = launches
+    assert (launch.pool, launch.status) == ("general", "ok"), [o.to_dict() for o in first.outcomes]
+    (act,) = [a for a in first.plan.actions if a.kind == "launch"]
+    assert act.inputs["host_choice"]["not_before"]  # recorded, though this region does not apply it
+    (node,) = runtime.store.nodes(live_only=True)
+    wait_until(lambda: admin.compute.get_server(node.instance_id).compute_host, "the server placed", 60)
+    assert admin.compute.get_server(node.instance_id).compute_host == SOON
+
+    second = run_pass(runtime)
+    assert runtime.store.find_node(node.id).host == SOON  # the landing, as the adapter reported it
+    (prot,) = [a for a in second.plan.actions if a.kind == "protect"]
+    assert prot.node == node.id and prot.inputs["landing_risk"] is True and prot.inputs["closed"] is True
+    assert prot.reason.startswith("calendar risk: the node landed on a soon-reserved host")
+    assert any(f"landed on host {SOON}" in line and "calendar risk" in line for line in second.plan.explain), \
+        second.plan.explain
+    assert runtime.schedulers[0].protected[node.id][1] is True  # the scheduler was told: closed
