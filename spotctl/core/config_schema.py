@@ -103,7 +103,9 @@ _REGION_SCHEMA = {
     "openstack": {
         "image": _S, "networks": _S, "key_name": _S, "user_data": _S, "wait_active_seconds": _secs(DAY),
         "delete_verify_seconds": _secs(DAY), "timeout_seconds": _timeout(), "blazar": _B,
-        "pools": {"*": {"via": _str("nova", "ironic"), "traits": _STRS, "image": _S, "networks": _S}},
+        "host_placement": _str("off", "hint", "target"),
+        "pools": {"*": {"via": _str("nova", "ironic"), "traits": _STRS, "image": _S, "networks": _S,
+                        "host_placement": _str("off", "hint", "target")}},
     },
     "kubernetes": {
         "kubeconfig": _S, "context": _S, "in_cluster": _B, "serviceaccount_dir": _S, "server": _URL,
@@ -148,7 +150,7 @@ ADAPTER_SECTIONS = ("openstack", "slurm", "kubernetes", "contract", "kafka", "au
 #: or decided at run time (``kubeconfig``: ``$KUBECONFIG``; kafka's ``topic``: from the region's name).
 SECTION_DEFAULTS: dict[str, dict[str, object]] = {
     "openstack": {"networks": "none", "wait_active_seconds": 600, "delete_verify_seconds": 300,
-                  "timeout_seconds": 30.0, "blazar": True},
+                  "timeout_seconds": 30.0, "blazar": True, "host_placement": "off"},
     "openstack.pools": {"via": "nova"},
     "kubernetes": {"in_cluster": False, "serviceaccount_dir": "/var/run/secrets/kubernetes.io/serviceaccount",
                    "insecure_skip_tls_verify": False, "timeout_seconds": 10.0, "watch_idle_seconds": 0.3,

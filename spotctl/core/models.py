@@ -224,6 +224,22 @@ class HostCapacity:
 
 
 @dataclass(frozen=True, slots=True)
+class HostChoice:
+    """Where one new node may land (:mod:`spotctl.core.hostaware`): on a host that no reservation takes
+    before ``not_before`` (epoch seconds). Given to :meth:`~spotctl.core.ports.CloudPort.create_instance`."""
+
+    not_before: float
+
+    def acceptable(self, reclaim_at: float | None) -> bool:
+        return host_acceptable(reclaim_at, self.not_before)
+
+
+def host_acceptable(reclaim_at: float | None, not_before: float) -> bool:
+    """A host whose reclaim (a reservation's start minus cleaning; None: none) is not before ``not_before``."""
+    return reclaim_at is None or reclaim_at >= not_before
+
+
+@dataclass(frozen=True, slots=True)
 class Quota:
     instances: int | None = None
     vcpu: int | None = None

@@ -48,8 +48,8 @@ def fill_existing(st: PlanState) -> None:
     inp, now, remaining = st.inp, st.now, st.remaining
     groups: dict[tuple[str, Shape, float | None], list[str]] = {}
     for n in inp.nodes:
-        if n.id in st.leaving or n.cordoned or n.state not in TAKES_WORK:
-            continue
+        if n.id in st.leaving or n.id in st.at_risk or n.cordoned or n.state not in TAKES_WORK:
+            continue  # at risk: landed on a soon-reserved host, its work is re-planned (hostaware)
         room = (inp.pools[n.pool].shape - n.used).clamp() if n.pool in inp.pools else Shape()
         # a node whose host a reservation takes serves only work that ends in time (the same window
         # its schedulers are told: node_protection)

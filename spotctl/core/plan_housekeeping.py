@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .budget import Priority
 from .config import Policy
+from .hostaware import landed_at_risk
 from .lifecycle import bound_schedulers, forced_round
 from .models import ActionKind, NodeState, Notice, NoticeKind, Scheduler
 from .notices import advisory_stage, calendar_notice, decide_notice, node_protection
@@ -133,7 +134,10 @@ def replacement_demand(st: PlanState) -> None:
 def protect_windows(st: PlanState) -> None:
     """The calendar at run time: each node's schedulers are told by when its work must end (a reservation
     takes its host), so that no scheduler starts work there that would be cut off; told again when that
-    changes (closed to new work, or lifted when the reservation goes)."""
+    changes (closed to new work, or lifted when the reservation goes). A new node that landed on a host a
+    reservation takes too soon (:func:`~spotctl.core.hostaware.landed_at_risk`) is a calendar risk: closed
+    to new work, left out of the room :func:`~spotctl.core.plan_demand.fill_existing` fills (its work is
+    re-planned), and explained."""
     inp, now, policy = st.inp, st.now, st.inp.policy
     # the longest pending pod each pool could get (Kubernetes knows no durations: at least default_pod_seconds),
     # from one pass over the demand, not one per node (20k nodes × 2.5k classes took seconds)
@@ -149,12 +153,18 @@ def protect_windows(st: PlanState) -> None:
         for p in sets[i]:
             if p not in pods or seconds > pods[p]:
                 pods[p] = seconds
+    landed: dict[tuple[str, str, float], list[str]] = {}  # (pool, host, reclaim) -> new nodes at risk there
     for n in inp.nodes:
         if n.id in st.leaving or n.cordoned or n.state not in (NodeState.BUILDING, NodeState.ACTIVE):
             continue
         longest = max(pods[n.pool], policy.default_pod_seconds) if n.pool in pods else policy.default_pod_seconds
         reclaim_at = inp.host_reclaims.get(n.host) if n.host else None
         until, closed = node_protection(reclaim_at, now, policy, longest)
+        risk = landed_at_risk(n.state, n.running, reclaim_at, now, policy, longest)
+        if risk:  # the cloud put a new node where a reservation comes too soon: its work goes elsewhere
+            if "slurm" not in bound_schedulers(inp.pools[n.pool]) if n.pool in inp.pools else True:
+                st.at_risk.add(n.id)  # no scheduler there judges work by its duration: it takes none at all
+            landed.setdefault((n.pool, n.host or "-", reclaim_at or 0.0), []).append(n.id)
         told = None if n.protected_until is None else round(n.protected_until)
         if (None if until is None else round(until)) == told and (closed == n.protect_closed or until is None):
             continue
@@ -165,5 +175,15 @@ def protect_windows(st: PlanState) -> None:
                    f"{when_text(until, now)}")
             if closed:
                 why += f"; shorter than the work that could land ({duration_text(longest)}): no new work"
+            if risk:
+                why = "calendar risk: the node landed on a soon-reserved host; " + why
         st.add(ActionKind.PROTECT, Priority.RECLAIM, why, node=n.id, pool=n.pool,
-               inputs={"until": until, "closed": closed, "host": n.host, "longest_seconds": longest})
+               inputs={"until": until, "closed": closed, "host": n.host, "longest_seconds": longest,
+                       **({"landing_risk": True} if risk else {})})
+    for (pool, host, at), ids in sorted(landed.items()):
+        st.explain.append(
+            f"{pool}: {len(ids)} new node{'s' if len(ids) != 1 else ''} landed on host {host}, which a reservation "
+            f"takes at {when_text(at, now)}, before the work that could land there would end and drain "
+            f"(calendar risk): closed to new work (Kubernetes: tainted; Slurm: only jobs that end in time), and the "
+            f"work meant for {'them' if len(ids) != 1 else 'it'} is re-planned onto other nodes "
+            f"({', '.join(sorted(ids)[:3])}{', …' if len(ids) > 3 else ''})")

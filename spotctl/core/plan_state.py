@@ -39,6 +39,7 @@ class PlanState:
     remaining: dict[str, int] = field(default_factory=dict)  # demand class key -> units not placed yet
     # fill existing nodes ->
     used_nodes: set[str] = field(default_factory=set)  # our nodes that this plan puts work on
+    at_risk: set[str] = field(default_factory=set)  # new nodes landed on a soon-reserved host, closed to all work
     covered: int = 0  # units placed on our existing nodes
     # pack new nodes ->
     unplaced: dict[str, int] = field(default_factory=dict)  # reason -> units that no node takes

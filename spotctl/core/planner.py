@@ -15,6 +15,8 @@ the order of decisions is the order of the budget's claims:
    rest into new nodes of the cheapest, least risky pool whose forward calendar leaves time for the
    work to finish and drain; respecting headroom (host by host), quota, pool limits, spend cap and
    the token budget;
+   then host-aware placement (:func:`~spotctl.core.hostaware.choose_hosts`) — each launch records the
+   earliest host reclaim its nodes can live with, for the cloud to place them by;
 4. scale down — idle nodes past the idle TTL, within the disruption budget;
 5. summary — actions sorted by priority class (stable), with the plan's pools, demand and inputs.
 """
@@ -28,6 +30,7 @@ from .actions import Plan
 from .budget import Priority
 from .models import ActionKind, NodeState
 from .plan_demand import fill_existing, next_drop, nodes_by_pool, pack_new, pool_score
+from .hostaware import choose_hosts
 from .plan_housekeeping import housekeeping, protect_windows
 from .plan_input import PlanInput
 from .plan_state import PlanState
@@ -36,7 +39,7 @@ from .plan_state import PlanState
 def plan(inp: PlanInput) -> Plan:
     """The plan for ``inp``: the sub-planners in order over one plan state, then its summary."""
     st = PlanState.start(inp)
-    for step in (housekeeping, protect_windows, fill_existing, pack_new, scale_down):
+    for step in (housekeeping, protect_windows, fill_existing, pack_new, choose_hosts, scale_down):
         step(st)
     return summary(st)
 

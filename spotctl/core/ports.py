@@ -23,6 +23,7 @@ from .models import (
     DrainProgress,
     Exclusion,
     HostCapacity,
+    HostChoice,
     Instance,
     NodeUsage,
     Notice,
@@ -94,10 +95,16 @@ class CloudPort(Protocol):
         """The instance tagged with this action id, if it exists (idempotency)."""
         ...
 
-    def create_instance(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
+    def create_instance(self, pool: PoolSpec, name: str, action_id: str,
+                        choice: HostChoice | None = None) -> Instance:
         """Start a spot instance tagged with ``action_id`` and return at once, without waiting for the
         cloud's scheduler (rule 2): CapacityError when the cloud refuses it now; a refusal the cloud only
-        reaches later shows as an ERROR instance with ``no_room`` in a later ``instances()``."""
+        reaches later shows as an ERROR instance with ``no_room`` in a later ``instances()``.
+
+        ``choice`` (the plan's, :mod:`spotctl.core.hostaware`): the instance may land only on a host no
+        reservation takes before ``choice.not_before``. An implementation that can make its cloud honour
+        it does (CapacityError when no such host has room); one that cannot (real Nova without a
+        host-targeted boot) boots as before, and the landing check of the next plans corrects."""
         ...
 
     def advance(self, instance: Instance) -> Instance:

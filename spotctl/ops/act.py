@@ -12,13 +12,15 @@ Rules (karpenter's "record before you act", kopf's outcomes):
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from typing import Any
 
 from spotctl.core.actions import Action, ActionKind
 from spotctl.core.budget import Priority
 from spotctl.core.errors import CapacityError, SpotctlError, TemporaryError, UsageError
-from spotctl.core.models import Instance, Node, NodeState, OutcomeStatus
+from spotctl.core.hostaware import choice_for_node
+from spotctl.core.models import HostChoice, Instance, Node, NodeState, OutcomeStatus
 
 from .drain import drain_batch, each_scheduler, node_for, run_cordon, run_drain, run_protect, run_uncordon
 from .outcome import Outcome, audit_action, finish_action, record_intent
@@ -98,7 +100,7 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
             out.status = OutcomeStatus.PARTIAL
             out.detail = f"token budget exhausted after {out.done} of {action.count}"
             break
-        ok, detail, created = _create_instance(rt, node, pool)
+        ok, detail, created = _create_instance(rt, node, pool, choice_for_node(action.inputs, i))
         if ok:
             out.done += 1
             out.nodes.append(node.id)
@@ -123,8 +125,9 @@ Created = tuple[Node, Instance, bool, float]
 
 
 def _create(rt: Runtime, node: Node, pool) -> tuple[bool, str]:
-    """Create (or adopt) the instance of an intended node and record it. Never creates a duplicate."""
-    ok, detail, created = _create_instance(rt, node, pool)
+    """Create (or adopt) the instance of an intended node and record it. Never creates a duplicate. The host
+    choice is the one its launch action recorded (node action ids are ``<action id>.<index>``)."""
+    ok, detail, created = _create_instance(rt, node, pool, _recorded_choice(rt, node.action_id))
     if created is not None:
         with rt.store.tx():
             _record_created(rt, pool, *created)
@@ -140,9 +143,25 @@ def _record_created(rt: Runtime, pool, node: Node, inst: Instance, existing: boo
                            "adopted": bool(existing)}, at=now)
 
 
-def _create_instance(rt: Runtime, node: Node, pool) -> tuple[bool, str, Created | None]:
+def _recorded_choice(rt: Runtime, sub: str) -> HostChoice | None:
+    """The host choice the launch action of node action ``sub`` (``<action id>.<index>``) recorded."""
+    aid, _, idx = sub.rpartition(".")
+    if not aid or not idx.isdigit():
+        return None
+    row = rt.store.conn.execute("SELECT inputs FROM actions WHERE id=?", (aid,)).fetchone()
+    if row is None or not row["inputs"]:
+        return None
+    try:
+        inputs = json.loads(row["inputs"])
+    except ValueError:
+        return None
+    return choice_for_node(inputs, int(idx)) if isinstance(inputs, dict) else None
+
+
+def _create_instance(rt: Runtime, node: Node, pool, choice: HostChoice | None = None) -> tuple[bool, str, Created | None]:
     """Create (or find) the instance of an intended node, never a duplicate; a refusal is recorded here, an
-    instance is returned for the caller to record (:func:`_record_created`)."""
+    instance is returned for the caller to record (:func:`_record_created`). ``choice``: the hosts it may
+    land on (the plan's, :mod:`spotctl.core.hostaware`), given to the cloud when there is one."""
     store = rt.store
     try:
         existing = rt.cloud.find_instance(node.action_id)
@@ -151,7 +170,8 @@ def _create_instance(rt: Runtime, node: Node, pool) -> tuple[bool, str, Created 
         # (failing it here could orphan an instance that exists)
         return False, f"{pool.name}: cannot look up the instance of {node.id}: {e.message} (will retry next pass)", None
     try:
-        inst = existing or rt.cloud.create_instance(pool, node.id, node.action_id)
+        inst = existing or (rt.cloud.create_instance(pool, node.id, node.action_id, choice) if choice is not None
+                             else rt.cloud.create_instance(pool, node.id, node.action_id))
     except SpotctlError as e:
         # No room (remembered for the pool, the pass falls back), temporary (the planner re-plans next
         # pass), or anything else (config, auth): the node fails rather than being retried forever.

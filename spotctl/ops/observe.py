@@ -34,6 +34,7 @@ from spotctl.core import deadline
 from spotctl.core.actions import Plan
 from spotctl.core.capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, forward_calendar, headroom
 from spotctl.core.errors import AuthError, ConfigError, SpotctlError
+from spotctl.core.hostaware import reclaims_by_host
 from spotctl.core.lifecycle import plannable
 from spotctl.core.models import (
     Exclusion,
@@ -355,11 +356,4 @@ def planned(inp: PlanInput, planner: Callable[[PlanInput], Plan] | None = None) 
 
 def host_reclaims(rt: Runtime, snap: Snapshot) -> dict[str, float]:
     """When a reservation takes each host back from the spot pool (lease start minus cleaning time)."""
-    out: dict[str, float] = {}
-    for r in snap.reservations:
-        pool = rt.region.pools.get(r.pool)
-        at = r.start - (pool.cleaning_seconds if pool else 0)
-        for h in r.hosts:
-            if r.end > snap.now and (h not in out or at < out[h]):
-                out[h] = max(at, snap.now)
-    return out
+    return reclaims_by_host(snap.reservations, rt.region.pools, snap.now)

@@ -17,7 +17,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotctl.core.errors import CapacityError, NotFoundError
-from spotctl.core.models import HostCapacity, Instance, PoolClass, PoolKind, PoolSpec, Quota, Reservation, Shape
+from spotctl.core.models import (
+    HostCapacity,
+    HostChoice,
+    Instance,
+    PoolClass,
+    PoolKind,
+    PoolSpec,
+    Quota,
+    Reservation,
+    Shape,
+)
+from spotctl.core.timefmt import iso
 
 from .rng import diurnal, keyed, mix, stable_int, uuid_from
 
@@ -196,6 +207,14 @@ class Fleet:
                 return True
         return False
 
+    def reclaim_at(self, h: Host, now: float) -> float | None:
+        """When the next lease not yet over takes the host from the spot pool (None: no lease does)."""
+        at = None
+        for lease in h.leases:
+            if lease.end + (lease.start - lease.deadline) > now and (at is None or lease.deadline < at):
+                at = lease.deadline
+        return at
+
     def used_other(self, h: Host, now: float) -> tuple[int, int, int]:
         cap = h.cap
         if self.blocked(h, now):
@@ -239,7 +258,7 @@ class Fleet:
 
     # --- instances -----------------------------------------------------------
 
-    def create(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
+    def create(self, pool: PoolSpec, name: str, action_id: str, choice: HostChoice | None = None) -> Instance:
         w = self.w
         now = w.now
         spec = w.pools.get(pool.name)
@@ -260,7 +279,12 @@ class Fleet:
                 w.stats["launch_failures"] += 1
                 raise CapacityError(f"Quota exceeded for {what}: requested {need}, used {have} of {limit}"
                                     f" (pool {spec.name})", details={"pool": spec.name, "quota": what})
-        host, at = self._first_fit(spec, now)
+        host, at = self._first_fit(spec, now, choice)
+        if host is None and choice is not None:
+            w.stats["launch_failures"] += 1
+            raise CapacityError(f"No valid host was found for pool {spec.name} ({spec.az}): no host with room that "
+                                f"no reservation takes before {iso(choice.not_before, sep=' ')}",
+                                details={"pool": spec.name, "not_before": choice.not_before})
         if host is None:
             w.stats["launch_failures"] += 1
             raise CapacityError(f"No valid host was found for pool {spec.name} ({spec.az}): "
@@ -273,28 +297,32 @@ class Fleet:
         self._attach(inst)
         # the hosts before this one did not fit at this time; until something else changes the fleet
         # (``version``), the next first fit of the same shape starts here (attaching only fills hosts)
-        self._fit_from[spec.name] = (now, spec.shape, self.w.knobs.reservation_guard_seconds, self.version, at)
+        if choice is None:
+            self._fit_from[spec.name] = (now, spec.shape, self.w.knobs.reservation_guard_seconds, self.version, at)
         w.stats["launched"] += 1
         w.push(inst.active_at, "active", iid)
         w.provider.instance_created(inst)
         return inst.view
 
-    def _first_fit(self, spec: PoolSpec, now: float) -> tuple[Host | None, int]:
+    def _first_fit(self, spec: PoolSpec, now: float, choice: HostChoice | None = None) -> tuple[Host | None, int]:
         """The first host of the pool (in name order) with room for one node, and its index. Hosts a
         first fit of the same shape at the same time passed over are not asked again while the fleet is
-        as that fit left it (plus the instance it placed): they can only have less room since."""
+        as that fit left it (plus the instance it placed): they can only have less room since. With a
+        ``choice`` (the plan's host-aware placement), only hosts no lease takes before ``not_before``."""
         s = spec.shape
         guard = self.w.knobs.reservation_guard_seconds
         hosts = self.hosts_by_pool.get(spec.name, [])
         start = 0
         last = self._fit_from.get(spec.name)
-        if last is not None and last[:4] == (now, s, guard, self.version):
+        if last is not None and last[:4] == (now, s, guard, self.version) and choice is None:
             start = last[4]
         for i in range(start, len(hosts)):
             h = hosts[i]
             if h.bm and h.spot_n:
                 continue
             if self.blocked(h, now, guard):
+                continue
+            if choice is not None and not choice.acceptable(self.reclaim_at(h, now)):
                 continue
             uv, um, ug = self.used_other(h, now)
             cap = h.cap
@@ -521,9 +549,10 @@ class SimCloud:
     def find_instance(self, action_id: str) -> Instance | None:
         return self._w.fleet.find(action_id)
 
-    def create_instance(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
+    def create_instance(self, pool: PoolSpec, name: str, action_id: str,
+                        choice: HostChoice | None = None) -> Instance:
         try:
-            return self._w.fleet.create(pool, name, action_id)
+            return self._w.fleet.create(pool, name, action_id, choice)
         finally:
             self._w.changed()
 

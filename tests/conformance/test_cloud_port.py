@@ -72,6 +72,9 @@ class Side:
     full_pool: Callable[[], str]
     #: let the spot project's instance quota allow ``n`` more instances than it holds now
     cap_instances: Callable[[int], None]
+    #: arrange a pool where a reservation takes some hosts in about an hour and others stay free of it:
+    #: (a port of the same cloud that applies host choices, the pool's name, the soon-reserved hosts)
+    soon_reserved: Callable[[], tuple[CloudPort, str, set[str]]] = lambda: (_ for _ in ()).throw(NotImplementedError)
     cleanup: Callable[[], None] = lambda: None
 
 
@@ -116,7 +119,19 @@ def _sim_side() -> Side:
         assert limit is not None and left is not None
         world.knobs = replace(world.knobs, quota_instances=limit - left + n)  # the admin's quota, in the sim
 
-    return Side(world.cloud, region.pools, "gp-az1", lambda: world.now, wait, mutations, full_pool, cap_instances)
+    def soon_reserved():
+        from spotctl.sim.cloud import Lease
+
+        pool = region.pools["gp-az1"]
+        hosts = [h.name for h in world.fleet.hosts_by_pool[pool.name]]
+        soon = set(hosts[:-1])  # every host but the last in name order, which the sim's first fit would use last
+        start = world.now + 3600 + pool.cleaning_seconds
+        world.fleet.add_lease(Lease("conf-lease", pool.name, tuple(sorted(soon)), start, start + 7200, world.now,
+                                    pool.cleaning_seconds))  # the simulated cloud's admin books a lease
+        return world.cloud, pool.name, soon
+
+    return Side(world.cloud, region.pools, "gp-az1", lambda: world.now, wait, mutations, full_pool, cap_instances,
+                soon_reserved)
 
 
 # --- the OpenStack test cloud ---------------------------------------------------------------------------
@@ -142,7 +157,7 @@ def _openstack_side(lab) -> Side:
     from spotctl.adapters.openstack import OpenStackCloud
     from tests.integration.test_openstack import _cleanup
 
-    _, admin, region = lab
+    env, admin, region = lab
     _cleanup(admin)  # no spot servers, claims, leases or forced-down hosts; the spot quota as the lab sets it
     cloud = OpenStackCloud.from_config(region)
 
@@ -178,8 +193,43 @@ def _openstack_side(lab) -> Side:
         used = admin.compute.get_quota_set(spot, usage=True).usage["instances"]
         admin.compute.update_quota_set(spot, instances=used + n)
 
-    return Side(cloud, region.pools, "small", time.time, wait, mutations, full_pool, cap_instances,
-                lambda: _cleanup(admin))
+    made: list[str] = []
+
+    def soon_reserved():
+        import datetime as dt
+        import tempfile
+
+        from spotctl.core.config import load_config
+        from tests.integration.test_openstack import SOON, _blazar, _blazar_host
+
+        if _blazar_host(admin, SOON) is None:
+            _blazar(admin, "POST", "/os-hosts", json={"name": SOON})
+        made.append(SOON)
+        start = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0) + dt.timedelta(hours=1)
+        _blazar(admin, "POST", "/leases", json={
+            "name": "conf-hostaware", "start_date": start.strftime("%Y-%m-%d %H:%M"),
+            "end_date": (start + dt.timedelta(hours=2)).strftime("%Y-%m-%d %H:%M"), "events": [],
+            "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1, "resource_properties": "",
+                              "hypervisor_properties": json.dumps(["=", "$hypervisor_hostname", SOON])}]})
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(Path(env["SPOTCTL_CONFIG"]).read_text() + '\n[regions.lab.openstack.pools.general]\n'
+                    'host_placement = "target"\n')
+        targeted = load_config(env={"SPOTCTL_CONFIG": f.name}).region("lab")
+        Path(f.name).unlink()
+        return OpenStackCloud.from_config(targeted), "general", {SOON}
+
+    def cleanup():
+        from tests.integration.test_openstack import _blazar, _blazar_host
+
+        _cleanup(admin)
+        for name in made:  # Blazar gives a host back once nothing is on it and no lease holds it
+            hid = _blazar_host(admin, name)
+            if hid is not None:
+                harness.wait_until(lambda: _blazar(admin, "DELETE", f"/os-hosts/{hid}", check=False).status_code < 400,
+                                   f"blazar host {name} released", 30)
+
+    return Side(cloud, region.pools, "small", time.time, wait, mutations, full_pool, cap_instances, soon_reserved,
+                cleanup)
 
 
 @pytest.fixture(params=["sim", pytest.param("openstack", marks=pytest.mark.integration)])
@@ -240,6 +290,30 @@ def test_a_launch_returns_at_once_is_adopted_by_its_tag_and_takes_one_node_of_he
     assert headroom(pool, after, side.now()).free == free0 - 1
     rose = [h.name for h, b in zip(after, before) if h.spot_nodes == b.spot_nodes + 1]
     assert [h.name for h in after] == [h.name for h in before] and rose == [placed.host]
+
+
+def test_a_boot_with_a_host_choice_lands_only_on_hosts_no_reservation_takes_before_it(side):
+    """Host-aware placement (issue 18): with the plan's choice (no reservation before boot + 2 h of work + drain),
+    every node lands on a host that no reservation takes before then, and the port says which."""
+    from spotctl.core.config import Policy
+    from spotctl.core.hostaware import not_before, reclaims_by_host
+    from spotctl.core.models import HostChoice
+
+    port, name, soon = side.soon_reserved()
+    pool = side.pools[name]
+    now = side.now()
+    reclaims = reclaims_by_host(port.reservations({name: pool}, now, now + 86400), {name: pool}, now)
+    assert set(reclaims) == soon
+    choice = HostChoice(not_before(now, pool, Policy(), 2 * 3600))
+    assert not any(choice.acceptable(reclaims[h]) for h in soon)
+    made = []
+    for i in range(2):
+        aid, node = _ids()
+        made.append(port.create_instance(pool, node, aid, choice).id)
+    landed = side.wait(lambda: (lambda hs: hs if len(hs) == len(made) and all(hs.values()) else None)(
+        {i.id: i.host for i in port.instances() if i.id in made}), "the instances placed")
+    assert not set(landed.values()) & soon, landed
+    assert all(choice.acceptable(reclaims.get(h)) for h in landed.values())
 
 
 def test_released_is_a_pure_read_and_delete_is_idempotent(side):
@@ -391,7 +465,7 @@ def test_a_conflict_is_temporary(lab):
     from spotctl.adapters.openstack import OpenStackCloud
     from tests.integration.test_openstack import _cleanup
 
-    _, admin, region = lab
+    env, admin, region = lab
     _cleanup(admin)
     try:
         cloud = OpenStackCloud.from_config(region)

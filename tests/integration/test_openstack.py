@@ -121,9 +121,9 @@ def _cleanup(admin) -> None:
     admin.compute.update_quota_set(spot, instances=20, cores=64, ram=65536)
 
 
-def _blazar(admin, method: str, path: str, **kw):
+def _blazar(admin, method: str, path: str, check: bool = True, **kw):
     r = admin.session.request("http://127.0.0.1:1234/v1" + path, method, raise_exc=False, **kw)
-    assert r.status_code < 400, f"blazar {method} {path}: {r.status_code} {r.text[:300]}"
+    assert not check or r.status_code < 400, f"blazar {method} {path}: {r.status_code} {r.text[:300]}"
     return r
 
 
@@ -187,6 +187,9 @@ class PendingQueue:
 
     def forget(self, node, reason):
         return None
+
+    def protect(self, node, until, closed=False):
+        self.protected = {**getattr(self, "protected", {}), node: (until, closed)}
 
 
 # -- headroom, quota -------------------------------------------------------------------------------
@@ -600,3 +603,129 @@ def test_observe_reads_every_pool(runtime):
     snap = observe(runtime)
     assert not snap.degraded, snap.degraded
     assert len(runtime.region.pools) >= 6 and len({h.name for h in snap.hosts}) >= 3
+
+
+# -- host-aware placement (issue 18): boots kept off a soon-reserved host, and where they landed ------------
+
+SAFE, SOON = "fake-compute-1", "fake-compute-2"  # the pool "general" (agg-general, az-general): 3 medium nodes each
+
+
+def _blazar_host(admin, name: str) -> str | None:
+    return next((h["id"] for h in _blazar(admin, "GET", "/os-hosts").json()["hosts"]
+                 if h["hypervisor_hostname"] == name), None)
+
+
+@pytest.fixture
+def soon_reserved(admin, env, tmp_path):
+    """Pool "general" on two hosts, one of which a lease takes in 68-69 minutes: fake-compute-2 is handed to
+    Blazar for the test (it joins Blazar's freepool, staying in agg-general) and leased by name. Yields a
+    function of the pool's ``host_placement`` that returns (the region, the adapter, the lease start)."""
+    from spotctl.adapters.openstack import OpenStackCloud
+
+    if _blazar_host(admin, SOON) is None:
+        _blazar(admin, "POST", "/os-hosts", json={"name": SOON})
+    # 68-69 minutes out: past the calendar advisory (an hour ahead, plus a boot), and a window shorter than an hour
+    start = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0) + dt.timedelta(minutes=69)
+    lease = _blazar(admin, "POST", "/leases", json={
+        "name": "itest-hostaware", "start_date": start.strftime("%Y-%m-%d %H:%M"),
+        "end_date": (start + dt.timedelta(hours=2)).strftime("%Y-%m-%d %H:%M"), "events": [],
+        "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1, "resource_properties": "",
+                          "hypervisor_properties": json.dumps(["=", "$hypervisor_hostname", SOON])}]}).json()["lease"]
+
+    def make(mode: str):
+        cfg = tmp_path / f"config-{mode}.toml"
+        cfg.write_text(Path(env["SPOTCTL_CONFIG"]).read_text()
+                       + f'\n[regions.lab.openstack.pools.general]\nhost_placement = "{mode}"\n')
+        region = load_config(env={**env, "SPOTCTL_CONFIG": str(cfg)}).region("lab")
+        return region, OpenStackCloud.from_config(region), start.timestamp()
+
+    try:
+        yield make
+    finally:
+        _cleanup(admin)  # servers and leases first: Blazar gives a host back only when nothing is on it
+        hid = _blazar_host(admin, SOON)
+        if hid is not None:
+            wait_until(lambda: not any(lease["id"] == le["id"] for le in _blazar(admin, "GET", "/leases").json()["leases"]),
+                       "lease deleted", 30)
+            _blazar(admin, "DELETE", f"/os-hosts/{hid}")
+
+
+@pytest.mark.parametrize("mode", ["target", "hint"])
+def test_a_boot_restricted_to_safe_hosts_lands_only_there(soon_reserved, admin, mode, monkeypatch, env):
+    """The plan's host choice (no reservation before boot + 2 h of work + drain) keeps every boot off the host a
+    lease takes in an hour: ``target`` asks Nova for the safe host by name (microversion 2.74, admin policy),
+    ``hint`` excludes the other with a JsonFilter ``query`` (enabled in the testenv's scheduler). The adapter
+    reports where each server landed, as the admin's independent view says; when the safe host is full, a
+    restricted boot is refused (no safe room) and an unrestricted one lands on the soon-reserved host, which
+    the landing rule flags as a calendar risk."""
+    from spotctl.core.hostaware import landed_at_risk, not_before, reclaims_by_host
+    from spotctl.core.models import HostChoice, NodeState
+
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", env["OS_CLIENT_CONFIG_FILE"])
+    region, cloud, start = soon_reserved(mode)
+    pool = region.pools["general"]
+    assert {h.name for h in cloud.hosts({"general": pool})} == {SAFE, SOON}
+    now = time.time()
+    reclaims = reclaims_by_host(cloud.reservations({"general": pool}, now, now + 86400), {"general": pool}, now)
+    assert reclaims == {SOON: pytest.approx(start - pool.cleaning_seconds)}
+    choice = HostChoice(not_before(now, pool, region.policy, 2 * 3600))
+    assert not choice.acceptable(reclaims[SOON]) and choice.acceptable(None)
+
+    made = [cloud.create_instance(pool, f"spot-ha-{i}", f"ha-{mode}-{i}", choice) for i in range(3)]
+    for inst in made:
+        cloud.wait_active(inst.id, 60)
+    landed = {i.id: i.host for i in cloud.instances() if i.pool == "general"}
+    seen = {inst.id: admin.compute.get_server(inst.id).compute_host for inst in made}
+    assert seen == {inst.id: SAFE for inst in made}
+    assert landed == seen  # the adapter's landing check agrees with the admin's view
+
+    # Nova's hostId (what an account without admin sees) names the same host: the adapter maps it back
+    assert cloud.nova.host_ids[admin.compute.get_server(made[0].id).host_id] == SAFE
+
+    if mode == "target":
+        with pytest.raises(CapacityError, match="no host with room that no reservation takes before"):
+            cloud.create_instance(pool, "spot-ha-3", f"ha-{mode}-3", choice)
+    else:
+        late = cloud.create_instance(pool, "spot-ha-3", f"ha-{mode}-3", choice)
+        with pytest.raises(CapacityError):  # NoValidHost: the only host with room is the excluded one
+            cloud.wait_active(late.id, 60)
+        cloud.delete_and_verify(late.id)
+    # without a choice (host_placement off, or a plan from before) Nova can only use the soon-reserved host
+    risky = cloud.wait_active(cloud.create_instance(pool, "spot-ha-4", f"ha-{mode}-4").id, 60)
+    assert risky.host == SOON == admin.compute.get_server(risky.id).compute_host
+    t = time.time()
+    assert landed_at_risk(NodeState.ACTIVE, 0, reclaims.get(risky.host), t, region.policy, 2 * 3600)
+    assert not landed_at_risk(NodeState.ACTIVE, 0, reclaims.get(SAFE), t, region.policy, 2 * 3600)
+
+
+def test_a_node_nova_put_on_a_soon_reserved_host_is_closed_by_the_next_plan_and_explained(soon_reserved, runtime,
+                                                                                         admin):
+    """The landing check and its correction through real passes (``host_placement`` off, as the lab sets it): the
+    safe host is full of another tenant's servers, so Nova puts the pass's node on the host a lease takes in an
+    hour; the next pass reads where it landed and protects it as a calendar risk, and its plan says why."""
+    from spotctl.ops.reconcile import run_pass
+
+    soon_reserved("off")  # the lease on fake-compute-2
+    for i in range(3):  # fake-compute-1: 3 × 2 GiB of another tenant leave less than one medium node's RAM
+        s = _tenant_server(admin, SAFE, flavor="spot.medium")
+        admin.compute.update_server(s, name=f"tenant-{SAFE}-{i}")
+    runtime.schedulers = [PendingQueue(_units(1, 1200, features=("general",), vcpu=2, ram_mb=2048))]
+    first = run_pass(runtime)
+    launches = [o for o in first.outcomes if o.kind == "launch"]
+    assert len(launches) == 1, (first.plan.explain, first.plan.unplaced)
+    (launch,) = launches
+    assert (launch.pool, launch.status) == ("general", "ok"), [o.to_dict() for o in first.outcomes]
+    (act,) = [a for a in first.plan.actions if a.kind == "launch"]
+    assert act.inputs["host_choice"]["not_before"]  # recorded, though this region does not apply it
+    (node,) = runtime.store.nodes(live_only=True)
+    wait_until(lambda: admin.compute.get_server(node.instance_id).compute_host, "the server placed", 60)
+    assert admin.compute.get_server(node.instance_id).compute_host == SOON
+
+    second = run_pass(runtime)
+    assert runtime.store.find_node(node.id).host == SOON  # the landing, as the adapter reported it
+    (prot,) = [a for a in second.plan.actions if a.kind == "protect"]
+    assert prot.node == node.id and prot.inputs["landing_risk"] is True and prot.inputs["closed"] is True
+    assert prot.reason.startswith("calendar risk: the node landed on a soon-reserved host")
+    assert any(f"landed on host {SOON}" in line and "calendar risk" in line for line in second.plan.explain), \
+        second.plan.explain
+    assert runtime.schedulers[0].protected[node.id][1] is True  # the scheduler was told: closed

@@ -65,11 +65,11 @@ class CrashingCloud:
     def __getattr__(self, name):
         return getattr(self._cloud, name)
 
-    def create_instance(self, pool, name, action_id):
+    def create_instance(self, pool, name, action_id, choice=None):
         self.calls += 1
         if self.calls == self.at_call and self.when == "before_effect":
             raise Crash("killed between intent and effect")
-        inst = self._cloud.create_instance(pool, name, action_id)
+        inst = self._cloud.create_instance(pool, name, action_id, choice)
         if self.calls == self.at_call and self.when == "after_effect":
             raise Crash("killed between effect and its record")
         return inst
@@ -332,3 +332,44 @@ def test_a_scheduler_a_pool_is_bound_to_but_that_has_no_adapter_makes_a_drain_pa
     assert row["status"] == "partial"
     rec = [r for r in rt.store.audit_query(action="node.drain") if r["target"] == node.id][-1]
     assert rec["result"] == "partial" and rec["inputs"]["missing_in"] == ["kubernetes"]
+
+
+class ChoiceRecordingCloud:
+    """The simulator's cloud; remembers the host choice each create was given (by node action id)."""
+
+    def __init__(self, cloud):
+        self._cloud, self.choices = cloud, {}
+
+    def __getattr__(self, name):
+        return getattr(self._cloud, name)
+
+    def create_instance(self, pool, name, action_id, choice=None):
+        self.choices[action_id] = choice
+        return self._cloud.create_instance(pool, name, action_id, choice)
+
+
+def test_every_boot_carries_the_host_choice_its_launch_recorded_also_when_resumed(make_rt):
+    """Host-aware placement (issue 18): the launch's recorded ``host_choice`` reaches the cloud for each node, and a
+    node left intended by a killed pass is booted by the next one with the same choice, read from the record."""
+    from spotctl.core.hostaware import choice_for_node
+
+    rt, world = make_rt()
+    crashing = CrashingCloud(world.cloud, "before_effect", at_call=2)
+    rt.cloud = crashing
+    try:
+        run_pass(rt)
+    except Crash:
+        pass
+    rt.store.unlock()
+    (stuck,) = [n for n in rt.store.nodes(live_only=True) if n.state is NodeState.INTENDED]
+    rec = ChoiceRecordingCloud(world.cloud)
+    rt.cloud = rec
+    run_pass(rt)
+    aid, _, idx = stuck.action_id.rpartition(".")
+    (row,) = [a for a in rt.store.actions(limit=None) if a["id"] == aid]
+    want = choice_for_node(row["inputs"], int(idx))
+    assert want is not None and rec.choices[stuck.action_id] == want
+    for sub, choice in rec.choices.items():  # the new launches of that pass: each node its segment's bound
+        a, _, i = sub.rpartition(".")
+        (r,) = [x for x in rt.store.actions(limit=None) if x["id"] == a]
+        assert choice == choice_for_node(r["inputs"], int(i))

@@ -116,3 +116,21 @@ def test_a_key_that_does_nothing_is_refused_not_silently_ignored(tmp_path, table
     f.write_text(f'[regions.r]\nbackend = "sim"\n[regions.r.{table}]\n{key} = 20\n')
     with pytest.raises(ConfigError, match=key):
         load_config(env={"SPOTCTL_CONFIG": str(f)})
+
+
+def test_host_placement_is_checked_where_it_enters(tmp_path):
+    """``host_placement`` (issue 18): off, hint or target, in the region's and a pool's openstack table."""
+    f = tmp_path / "c.toml"
+    f.write_text(GOOD + '\n[regions.lab.openstack]\nhost_placement = "target"\n'
+                 '[regions.lab.openstack.pools.small]\nhost_placement = "hint"\n')
+    region = load_config(env={"SPOTCTL_CONFIG": str(f)}).region("lab")
+    from spotctl.adapters.openstack.options import _options
+
+    opts = _options(region)
+    assert (opts.host_placement, opts.placement_of("small")) == ("target", "hint")
+    for bad in ('[regions.lab.openstack]\nhost_placement = "force"\n',
+                '[regions.lab.openstack.pools.small]\nhost_placement = true\n'):
+        f.write_text(GOOD + "\n" + bad)
+        with pytest.raises(ConfigError) as e:
+            load_config(env={"SPOTCTL_CONFIG": str(f)})
+        assert "host_placement" in e.value.message

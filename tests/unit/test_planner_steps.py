@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from spotctl.core.budget import Bucket, Priority
 from spotctl.core.config import Policy
+from spotctl.core.hostaware import choose_hosts
 from spotctl.core.models import NodeState, NodeUsage, Notice, NoticeKind, Quota, Scheduler, Shape
 from spotctl.core.plan_demand import Launches, fill_existing, fill_room, pack_new, pool_score
 from spotctl.core.plan_housekeeping import housekeeping, protect_windows
@@ -212,6 +213,6 @@ def test_the_steps_in_order_are_the_plan():
     inp = plan_input([pool("p1"), pool("p2")], hosts("p1", 2) + hosts("p2", 2), [job(i) for i in range(5)],
                      nodes=[n, node(2, idle_since=NOW - 9000)], usage=[usage(n)], notices=[hard(n)])
     st = PlanState.start(inp)
-    for step in (housekeeping, protect_windows, fill_existing, pack_new, scale_down):
+    for step in (housekeeping, protect_windows, fill_existing, pack_new, choose_hosts, scale_down):
         step(st)
     assert summary(st).to_dict(explain=True) == plan(inp).to_dict(explain=True)

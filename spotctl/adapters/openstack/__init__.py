@@ -27,10 +27,12 @@ Options, in ``[regions.R.openstack]``::
     delete_verify_seconds = 300   # bound of delete_and_verify()
     timeout_seconds = 30          # per API call
     blazar = true                 # read reservations from Blazar (the forward calendar)
+    host_placement = "off"        # "off" | "hint" (JsonFilter query hint) | "target" (host-targeted boot, 2.74):
+                                  # keep boots off hosts a reservation takes too soon (spotctl.core.hostaware)
     [regions.R.openstack.pools.NAME]
     via = "nova" | "ironic"       # bare-metal pools: through Nova (baremetal flavor) or Ironic directly
     traits = ["CUSTOM_SPOT"]      # select hosts by traits instead of (or on top of) the aggregate
-    image = "..."; networks = "..."
+    image = "..."; networks = "..."; host_placement = "..."
 
 What is ours: servers carry the tags ``spotctl:region=R``, ``spotctl:pool=P`` and
 ``spotctl:action=A`` and the same keys as metadata; Ironic allocations carry them in

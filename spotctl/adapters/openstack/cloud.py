@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spotctl.core.config import RegionConfig
 from spotctl.core.errors import AuthError, CapacityError, ConfigError, NotFoundError, SpotctlError, TemporaryError
-from spotctl.core.models import HostCapacity, Instance, PoolKind, PoolSpec, Quota, Reservation
+from spotctl.core.hostaware import pick_host, reclaims_by_host
+from spotctl.core.models import HostCapacity, HostChoice, Instance, PoolKind, PoolSpec, Quota, Reservation
 from spotctl.core.ports import Clock, SystemClock
+from spotctl.core.timefmt import iso
 
 from .api import ALLOC_PREFIX, IRONIC_PREFIX, POLL_SECONDS, TAG_ACTION, Api
 from .blazar import Blazar, group_reservations
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+#: How long one Placement read of a pool's hosts serves the host-targeted boots of a launch burst.
+TARGET_VIEW_SECONDS = 10.0
 
 
 class OpenStackCloud:
@@ -49,6 +54,8 @@ class OpenStackCloud:
         self.nova = Nova(self.api)
         self.ironic = Ironic(self.api)
         self._project_id: str | None = None
+        #: pool -> (monotonic time, its hosts read then, targeted boots sent per host since): host-targeted boots
+        self._targets: dict[str, tuple[float, list[HostCapacity], dict[str, int]]] = {}
         if connect:
             self._authenticate()
 
@@ -116,6 +123,8 @@ class OpenStackCloud:
                 if not inv:  # Blazar's blazar_<host> providers and other empty ones
                     continue
                 out.append(host_capacity(pool, rp["name"], inv, allocs, ours, blazar.get(rp["name"])))
+        if out:  # where our servers land, also when the policy shows our account only Nova's hostId
+            self.nova.learn_hosts(self.project_id, sorted({h.name for h in out}))
         return out
 
     def _pool_providers(self, pool: PoolSpec) -> list[dict[str, Any]]:
@@ -162,10 +171,48 @@ class OpenStackCloud:
             log.warning("%d instances carry action %s; adopting the oldest", len(found), action_id)
         return min(found, key=lambda i: (i.created_at, i.id)) if found else None
 
-    def create_instance(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
+    def create_instance(self, pool: PoolSpec, name: str, action_id: str,
+                        choice: HostChoice | None = None) -> Instance:
+        """Boot one node. With the plan's host ``choice`` and ``host_placement`` set for the pool, Nova is kept
+        off the hosts a reservation takes before ``choice.not_before`` (read from Blazar now, outside any
+        write transaction): ``hint`` excludes them with a JsonFilter scheduler hint, ``target`` asks for one
+        host chosen by :func:`~spotctl.core.hostaware.pick_host` (CapacityError when none fits). Ironic
+        claims and ``off`` boot as before: the landing check of the next plans corrects."""
         if self.options.pool(pool.name).via == "ironic":
             return self.ironic.create(pool, name, action_id)
-        return self.nova.create(pool, name, action_id)
+        mode = self.options.placement_of(pool.name)
+        if choice is None or mode == "off":
+            return self.nova.create(pool, name, action_id)
+        now = self.clock.now()
+        reclaims = self._host_reclaims(pool, now)
+        if mode == "hint":
+            avoid = tuple(sorted(h for h, at in reclaims.items() if not choice.acceptable(at)))
+            return self.nova.create(pool, name, action_id, avoid=avoid)
+        return self.nova.create(pool, name, action_id, host=self._target_host(pool, choice, reclaims, now))
+
+    def _host_reclaims(self, pool: PoolSpec, now: float) -> dict[str, float]:
+        """When a Blazar lease takes each host from the spot pool (its start minus the pool's cleaning time)."""
+        if not self.options.blazar:
+            return {}
+        leases = [Reservation(id=lid, pool=pool.name, hosts=(host,), start=start, end=end)
+                  for lid, host, start, end in self.blazar.host_leases()]
+        return reclaims_by_host(leases, {pool.name: pool}, now)
+
+    def _target_host(self, pool: PoolSpec, choice: HostChoice, reclaims: dict[str, float], now: float) -> str:
+        """The host of a targeted boot: Placement's view of the pool (read once per launch burst, with the boots
+        already sent there counted on top, since Placement sees them only once Nova has scheduled them)."""
+        t = time.monotonic()
+        cached = self._targets.get(pool.name)
+        if cached is None or t - cached[0] > TARGET_VIEW_SECONDS:
+            cached = self._targets[pool.name] = (t, self.hosts({pool.name: pool}), {})
+        _, hosts, taken = cached
+        host = pick_host(hosts, pool, reclaims, choice, now, taken)
+        if host is None:
+            raise CapacityError(f"No valid host was found for pool {pool.name}: no host with room that no reservation "
+                                f"takes before {iso(choice.not_before, sep=' ')} (host-targeted boot)",
+                                details={"pool": pool.name, "not_before": choice.not_before})
+        taken[host] = taken.get(host, 0) + 1
+        return host
 
     def advance(self, instance: Instance) -> Instance:
         """Deploy a claimed Ironic node (step "deploy"): the image, the config drive, provision "active".

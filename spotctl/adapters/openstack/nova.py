@@ -10,6 +10,8 @@ The last read of each server is remembered, so that bounded waits read a server 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -50,6 +52,14 @@ class Nova:
         self._images: dict[str, str] = {}
         self._aggregates: dict[str, Any] | None = None
         self._seen: dict[str, tuple[float, Server | None]] = {}  # server id -> (monotonic time of the read, server)
+        #: Nova's hostId (sha224 of project id + host) -> host name, for the hosts of our pools: where a server
+        #: landed when the policy hides OS-EXT-SRV-ATTR:host from spotctl's account (not admin)
+        self.host_ids: dict[str, str] = {}
+
+    def learn_hosts(self, project_id: str, names: list[str]) -> None:
+        """Remember the hostId Nova shows our project for each host name (nova.utils.generate_hostid)."""
+        for n in names:
+            self.host_ids[hashlib.sha224((project_id + n).encode()).hexdigest()] = n
 
     # -- aggregates ----------------------------------------------------------------
 
@@ -110,7 +120,7 @@ class Nova:
             fault = (s.fault or {}).get("message", "") if isinstance(s.fault, dict) else str(s.fault or "")
         return Instance(id=s.id, name=s.name, pool=md.get(TAG_POOL) or tags.get(TAG_POOL, ""),
                         status=s.status or "BUILD", action_id=md.get(TAG_ACTION) or tags.get(TAG_ACTION, ""),
-                        host=s.compute_host or s.hypervisor_hostname,
+                        host=s.compute_host or s.hypervisor_hostname or self.host_ids.get(s.host_id or ""),
                         created_at=_ts(s.created_at) or self.api.clock.now(),
                         fault=fault, no_room=s.status == "ERROR" and _no_room(fault))
 
@@ -135,8 +145,13 @@ class Nova:
         s = self.server(server_id)
         return s is None or s.status in ("DELETED", "SOFT_DELETED")
 
-    def create(self, pool: PoolSpec, name: str, action_id: str) -> Instance:
-        """Create a tagged server of the pool and return at once (BUILD): no wait for the scheduler's verdict."""
+    def create(self, pool: PoolSpec, name: str, action_id: str, *, host: str | None = None,
+               avoid: tuple[str, ...] = ()) -> Instance:
+        """Create a tagged server of the pool and return at once (BUILD): no wait for the scheduler's verdict.
+        ``host``: a host-targeted boot (``host``, microversion ≥ 2.74; Nova's policy
+        ``compute:servers:create:requested_destination``, admin by default; the scheduler still checks the
+        host). ``avoid``: hosts kept out through a JsonFilter scheduler hint (``query``; a scheduler without
+        JsonFilter in its enabled_filters ignores it without a word: the landing check then corrects)."""
         region = self.api.region.name
         options = self.api.options
         po = options.pool(pool.name)
@@ -154,6 +169,10 @@ class Nova:
         }
         if pool.az:
             attrs["availability_zone"] = pool.az
+        if host:
+            attrs["host"] = host
+        if avoid:
+            attrs["scheduler_hints"] = {"query": json.dumps(["not", ["in", "$host", *avoid]])}
         if options.key_name:
             attrs["key_name"] = options.key_name
         ud = options.user_data_for(name=name, pool=pool.name, region=region, action_id=action_id)
@@ -161,7 +180,8 @@ class Nova:
             attrs["user_data"] = base64.b64encode(ud.encode()).decode()
         server = self.api.call(f"nova create server in pool {pool.name}",
                                lambda: self.api.conn.compute.create_server(**attrs))
-        log.info("created server %s (%s) in pool %s for action %s", server.id, name, pool.name, action_id)
+        log.info("created server %s (%s) in pool %s for action %s%s", server.id, name, pool.name, action_id,
+                 f" on host {host}" if host else f" avoiding {len(avoid)} host(s)" if avoid else "")
         # No wait for the scheduler's verdict (rule 2): NoValidHost shows in a later pass as an ERROR
         # server with its fault (``Instance.no_room``); that pass fails the node and remembers the pool.
         return Instance(id=server.id, name=name, pool=pool.name, status="BUILD", action_id=action_id,

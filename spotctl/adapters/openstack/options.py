@@ -18,6 +18,13 @@ class PoolOptions:
     traits: tuple[str, ...] = ()
     image: str | None = None
     networks: str | None = None
+    host_placement: str | None = None  # "off" | "hint" | "target"; None: the region's
+
+
+#: How a boot is kept off hosts a reservation takes too soon (:mod:`spotctl.core.hostaware`): ``off`` (Nova
+#: picks; the landing check corrects), ``hint`` (a JsonFilter scheduler hint excluding them; needs JsonFilter
+#: in nova-scheduler's enabled_filters), ``target`` (a host-targeted boot, microversion 2.74, admin policy).
+HOST_PLACEMENTS = ("off", "hint", "target")
 
 
 @dataclass(frozen=True)
@@ -32,11 +39,16 @@ class Options:
     delete_verify_seconds: int = 300
     timeout_seconds: float = 30.0
     blazar: bool = True
+    host_placement: str = "off"
     pools: dict[str, PoolOptions] | None = None
 
     def pool(self, name: str) -> PoolOptions:
         """The options of pool ``name`` (the defaults when it has no table)."""
         return (self.pools or {}).get(name) or PoolOptions()
+
+    def placement_of(self, name: str) -> str:
+        """How boots of pool ``name`` are kept off soon-reserved hosts (the pool's table, else the region's)."""
+        return self.pool(name).host_placement or self.host_placement
 
     def image_ref(self, pool: PoolSpec) -> str | None:
         """The image (name or id) a node of ``pool`` boots: the pool's table, the pool, the region's default."""
@@ -63,6 +75,13 @@ def _options(region: RegionConfig) -> Options:
                               f"got {via!r}")
         if via == "ironic" and not region.pools[pname].resource_class:
             raise ConfigError(f"pool {pname!r} is deployed through Ironic but has no resource_class")
+        hp = p.get("host_placement")
+        if hp is not None and hp not in HOST_PLACEMENTS:
+            raise ConfigError(f"regions.{region.name}.openstack.pools.{pname}.host_placement must be one of "
+                              f"{', '.join(HOST_PLACEMENTS)}, got {hp!r}")
         pools[pname] = PoolOptions(via=via, traits=tuple(str(t) for t in p.get("traits", [])), image=p.get("image"),
-                                   networks=p.get("networks"))
+                                   networks=p.get("networks"), host_placement=hp)
+    if raw.get("host_placement", "off") not in HOST_PLACEMENTS:
+        raise ConfigError(f"regions.{region.name}.openstack.host_placement must be one of "
+                          f"{', '.join(HOST_PLACEMENTS)}, got {raw['host_placement']!r}")
     return Options(**raw, pools=pools)
