@@ -24,7 +24,8 @@ WAIT_READY_DEFAULT = 300.0
 def exercise_reclaim(
     ctx: typer.Context,
     pool: Annotated[Optional[str], typer.Option(
-        "--pool", "-p", autocompletion=complete_pool, help="Pool to drill (see `spotctl status`).")] = None,
+        "--pool", "-p", autocompletion=complete_pool,
+        help="Pool to drill (see `spotctl status`); default: the pool with the most live nodes.")] = None,
     count: Annotated[Optional[int], typer.Option(
         "--count", "-n", min=1, max=10_000, help="Number of nodes to reclaim.")] = None,
     percent: Annotated[Optional[float], typer.Option(
@@ -52,8 +53,8 @@ def exercise_reclaim(
 ) -> None:
     """Rehearse the provider's reclaim on live spot nodes, and score it.
 
-    Picks COUNT (or PERCENT of the) active nodes of POOL, asks the provider's reclaim API to reclaim them
-    in up to three waves, handles the notices as the reconciler does in production (drain in Kubernetes
+    Picks COUNT (or PERCENT of the) active nodes of POOL (without --pool: the pool with the most live
+    nodes), asks the provider's reclaim API to reclaim them in up to three waves, handles the notices as the reconciler does in production (drain in Kubernetes
     and Slurm, replacement capacity elsewhere, delete by the deadline), and scores each victim: notice
     delivered within 1 s, a lead of at least 120 s, drained before the deadline, no running work lost,
     capacity returned by the deadline, and the time until its replacement is active. It runs until every
@@ -77,6 +78,9 @@ def exercise_reclaim(
 
     Example: spotctl exercise-reclaim --pool gp-rsv-az2 --count 4 --yes
 
+    Example, one node of the pool with the most nodes (right after `make demo`): spotctl exercise-reclaim
+    --count 1 --yes
+
     Example, a preview (the victims and the policy's cap; nothing is reclaimed):
     spotctl exercise-reclaim --pool gp-rsv-az2 --count 2 --dry-run
 
@@ -88,15 +92,18 @@ def exercise_reclaim(
     if ctx.invoked_subcommand:
         return
     st = state(ctx)
-    if pool is None:
-        raise typer.BadParameter("--pool is required to start a drill (or use: list, status, report)",
-                                 param_hint="--pool")
+    if pool is None and count is None and percent is None:
+        raise typer.BadParameter("give --count or --percent to start a drill (and --pool, else the pool with "
+                                 "the most live nodes); or use: list, status, report", param_hint="--count")
     from spotctl.core.errors import RefusedError
     from spotctl.ops import drill as ops
 
     from .drill_live import DrillDisplay
 
     rt = st.runtime()
+    if pool is None:
+        pool = ops.busiest_pool(rt)
+        typer.echo(f"spotctl: drilling pool {pool}, the one with the most live nodes (no --pool given)", err=True)
     if dry_run:
         sel = ops.select(rt, pool, count, percent, notice, advisory_lead)
         render.emit(st.fmt(), "exercise-reclaim", {"dry_run": True, **sel}, table=_selection_table)

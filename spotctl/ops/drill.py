@@ -57,6 +57,19 @@ def _save(rt: Runtime, drill: dict) -> None:
         rt.store.set_value(INDEX_KEY, json.dumps(index[-200:]), rt.now())
 
 
+def busiest_pool(rt: Runtime) -> str:
+    """The pool a drill without ``--pool`` takes: the one with the most live nodes of ours (ties: by name), so
+    that its share under ``policy.drill_max_pool_pct`` is the largest. Refused when no pool has a node yet."""
+    counts: dict[str, int] = {}
+    for n in rt.store.nodes(live_only=True):
+        if n.pool in rt.region.pools:
+            counts[n.pool] = counts.get(n.pool, 0) + 1
+    if not counts:
+        raise RefusedError(f"region {rt.region.name!r} has no live spot nodes to drill yet",
+                           hint="`spotctl reconcile` launches them for pending work; or give --pool")
+    return min(counts, key=lambda p: (-counts[p], p))
+
+
 def select(rt: Runtime, pool: str, count: int | None, percent: float | None, notice: int, advisory_lead: int) -> dict:
     """Choose victims under the guardrails; nothing is changed."""
     rt.region.pool(pool)  # NotFoundError for an unknown pool
