@@ -230,5 +230,6 @@ def _record_history(rt: Runtime, snap: Snapshot) -> None:
 
     if snap.rate_card is not None:
         history.record_prices(rt.store, snap.rate_card.prices, snap.rate_card.currency, snap.now)
+        history.record_rate_card_tick(rt.store, snap.rate_card.version, snap.rate_card.prices, snap.now)
     read = {s.name for s in rt.schedulers if f"scheduler:{s.name}" not in snap.degraded}
     history.record_waits(rt.store, [u for u in snap.units if str(u.scheduler) in read], read, snap.now)
