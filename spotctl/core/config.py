@@ -74,13 +74,16 @@ class Policy:
     consolidation_min_saving_pct: float = 0.0
     consolidation_min_node_age_seconds: int = 3600  # a node younger than this is never consolidated
     consolidation_min_run_seconds: int = 1800  # nor one whose youngest workload has run less (or an unknown time)
+    # also retire a busy node whose work fits in free room on our other nodes (off: measured on the simulator it
+    # launched more than it saved, see the operator guide)
+    consolidation_retire: bool = False
 
 
 #: Policy keys a recorded plan input lists only when they differ from their default (added after inputs were
 #: first recorded: an input recorded before them replays, and keeps its digest, as it was).
 POLICY_RECORDED_IF_SET: dict[str, Any] = {
     "consolidation_min_saving_pct": 0.0, "consolidation_min_node_age_seconds": 3600,
-    "consolidation_min_run_seconds": 1800,
+    "consolidation_min_run_seconds": 1800, "consolidation_retire": False,
 }
 
 

@@ -4,8 +4,9 @@
 takes what is left of the same disruption budget. For each of our busy nodes, the dearest first, it
 considers two moves:
 
-- **retire**: the node's work fits in the free room of another of our nodes (one that takes work and
-  that this plan puts nothing on): drain the node; its schedulers put the work there;
+- **retire**: the node's work fits in the free room of another of our nodes (one that takes work, that
+  this plan puts nothing on, of a pool no pending work is left for): drain the node; its schedulers put
+  the work there;
 - **move** (spot → spot): one new node of a cheaper pool takes the node's work: launch it, drain the
   node (the drain is the existing state machine: ``plan_housekeeping.drain_round`` continues it and
   deletes the node once it is empty; the work evicted is pending demand that the new node takes).
@@ -152,11 +153,14 @@ def consolidate(st: PlanState) -> None:
     cands.sort(key=lambda n: (-(st.prices.get(n.pool) or 0.0), n.id))
     prev = inp.previous_rate_card
     room = _room(st)
-    # free room on our other nodes (for retiring a node): nodes that take work and get none from this plan
+    # free room on our other nodes (for retiring a node): nodes that take work, get none from this plan, and of a
+    # pool no pending work is left for (room that pending work would take is not room for a retired node's work:
+    # the two would race for it, and the loser would launch a node: churn)
+    index = st.index()
     free: dict[str, Shape] = {}
-    for n in staying:
+    for n in staying if policy.consolidation_retire else ():
         if n.id not in deleted and n.id not in st.used_nodes and n.state in _TAKES and not n.cordoned \
-                and n.notice is None and n.known and n.pool in inp.pools:
+                and n.notice is None and n.known and n.pool in inp.pools and not index.has_demand(n.pool):
             r = (inp.pools[n.pool].shape - n.used).clamp()
             if r != Shape():
                 free[n.id] = r

@@ -92,9 +92,21 @@ def test_one_disruption_budget_with_scale_down_idle_nodes_go_first():
 def test_work_that_fits_on_another_of_our_nodes_retires_the_node_without_a_launch():
     small = Shape(2, 4096)
     other = node(2, "cheap")
-    p = plan(inp(nodes=[node(1, "dear"), other], usage=[busy(used=small), busy("n2", used=small)]))
+    both = [node(1, "dear"), other]
+    p = plan(inp(nodes=both, usage=[busy(used=small), busy("n2", used=small)],
+                 policy=replace(POLICY, consolidation_retire=True)))
     assert moves(p) == [("drain", "dear", "n1")]
     assert "retired: its work fits on n2" in said(p)
+    # off by default: the work moves to a new node of the cheaper pool instead
+    p = plan(inp(nodes=both, usage=[busy(used=small), busy("n2", used=small)]))
+    assert moves(p) == [("launch", "cheap", None), ("drain", "dear", "n1")]
+    # pending work that the free room could take keeps it: no retire onto room the pending work races for
+    from tests.factories import job
+    p = plan(plan_input(POOLS, HOSTS, [job(1, vcpu=8, ram=8192)], prices={"dear": 1.0, "cheap": 0.6},
+                        nodes=both, usage=[busy(used=small), busy("n2", used=small)],
+                        policy=replace(POLICY, consolidation_retire=True, max_launches_per_pass=0),
+                        previous=("rc-0", {"dear": 1.0, "cheap": 0.6})))
+    assert "retired" not in said(p)
 
 
 def test_work_pinned_by_its_binding_does_not_move_to_a_pool_that_cannot_run_it():
