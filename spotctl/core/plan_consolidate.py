@@ -66,6 +66,7 @@ class _Room:
     """What the plan may still launch after the demand steps (pool -> nodes launched so far, and the rest)."""
 
     launched: dict[str, int]
+    ours: Counter[str]  # pool -> our nodes (every one: they count against its limit and its calendar)
     launches_left: int
     spend: float
     quota_inst: int | None
@@ -76,7 +77,7 @@ class _Room:
         inp, policy = st.inp, st.inp.policy
         hr = inp.headroom.get(name)
         free = (hr.free if hr else 0) - self.launched.get(name, 0)
-        ours = sum(1 for n in inp.nodes if n.pool == name) + self.launched.get(name, 0)
+        ours = self.ours[name] + self.launched.get(name, 0)
         cap = policy.spend_cap_per_hour
         if free < 1:
             return f"no headroom left in {name}"
@@ -121,7 +122,8 @@ def _room(st: PlanState) -> _Room:
             qi = None if qi is None else qi - a.count
             qv = None if qv is None else qv - shape.vcpu * a.count
             qr = None if qr is None else qr - shape.ram_mb * a.count
-    return _Room(launched, inp.policy.max_launches_per_pass - total, spend, qi, qv, qr)
+    return _Room(launched, Counter(n.pool for n in inp.nodes), inp.policy.max_launches_per_pass - total, spend,
+                 qi, qv, qr)
 
 
 def _pct(src: float, dst: float) -> float:
@@ -166,12 +168,24 @@ def consolidate(st: PlanState) -> None:
                 free[n.id] = r
     views = {n.id: n for n in inp.nodes}
     moved: set[str] = set()  # nodes this step drains, or puts work on: neither is touched again
+    if left <= 0:
+        st.explain.append(f"consolidation: disruption budget ({policy.disruption_budget_pct:g} % of the nodes, shared "
+                          f"with scale-down) taken this pass: {len(cands)} busy nodes not looked at")
+        return
     told = moves = 0
     why_not: Counter[str] = Counter()
-    for n in cands:
+    targets: dict[tuple[str, Shape], list[tuple[float, str]]] = {}  # (pool, work's shape) -> cheaper pools
+    memo: dict[tuple[Any, ...], Verdict | None] = {}
+    for k, n in enumerate(cands):
+        if left <= 0:  # the budget is taken: the rest are not looked at one by one
+            why_not["disruption budget taken (not looked at)"] += len(cands) - k
+            break
         if n.id in moved:
             continue
-        decision, reason = _decide(st, n, threshold, prev, room, free, views, moved, left)
+        key = (n.pool, n.used)
+        if key not in targets:
+            targets[key] = _targets(st, n)
+        decision, reason = _decide(st, n, threshold, prev, room, free, views, moved, left, targets[key], memo)
         if decision:
             left -= 1
             moves += 1
@@ -180,13 +194,24 @@ def consolidate(st: PlanState) -> None:
             if told <= EXPLAIN_NODES:
                 st.explain.append(f"consolidation: {n.id} ({n.pool}): {reason}")
             else:
-                why_not[reason.split(":")[0] if not decision else "moved"] += 1
+                why_not["moved" if decision else _category(reason)] += 1
     st.explain.append(f"consolidation: {len(cands)} busy node{'s' if len(cands) != 1 else ''} considered (minimum "
                       f"saving {_fmt(threshold)} on rate card {inp.rate_card.version} and the one before"
                       f"{'' if prev is None else ' (' + prev[0] + ')'}): {moves} moved")
     if why_not:
         st.explain.append(f"consolidation: {sum(why_not.values())} more nodes not listed one by one ("
                           + ", ".join(f"{k}: {v}" for k, v in sorted(why_not.items())) + ")")
+
+
+#: The guards, as the one-line summary of the nodes not explained one by one counts them (the first found).
+_CATEGORIES = ("below the threshold", "held 1 of 2 ticks", "target riskier", "no headroom", "at its limit",
+               "launches per pass", "quota", "spend cap", "node age", "run time", "not known", "disruption budget",
+               "token budget")
+
+
+def _category(reason: str) -> str:
+    found = [(reason.find(c), c) for c in _CATEGORIES if c in reason]
+    return min(found)[1] if found else "other"
 
 
 def _risk(st: PlanState, name: str) -> tuple[int, int, bool]:
@@ -263,7 +288,8 @@ def _node_guard(st: PlanState, n: NodeView) -> str | None:
 
 
 def _decide(st: PlanState, n: NodeView, threshold: float, prev: tuple[str, dict[str, float]] | None, room: _Room,
-            free: dict[str, Shape], views: dict[str, NodeView], moved: set[str], left: int) -> tuple[bool, str]:
+            free: dict[str, Shape], views: dict[str, NodeView], moved: set[str], left: int,
+            targets: list[tuple[float, str]], memo: dict[tuple[Any, ...], Verdict | None]) -> tuple[bool, str]:
     """One candidate: (moved?, why). An empty why: no cheaper place at all (not explained one by one)."""
     inp, now = st.inp, st.now
     price = st.prices[n.pool]
@@ -299,44 +325,72 @@ def _decide(st: PlanState, n: NodeView, threshold: float, prev: tuple[str, dict[
                                                  "rate_cards": [prev[0], version]}})
                 return True, f"retired: its work fits on {spot.id} (saves the whole node, {price:.4f}/h)"
             tried.append(f"retire onto {spot.id}: {why}")
-    targets = _targets(st, n)
+    verdict = _pick(st, n.pool, price, threshold, prev, room, kept, targets, memo)
+    if verdict is None:
+        return (False, "not moved: " + "; ".join(tried[:3])) if tried else (False, "")
+    pick, found = verdict
+    tried.extend(found)
+    if pick is None:
+        return (False, "not moved: " + "; ".join(tried[:3])) if tried else (False, "")
+    p, name, pct = pick
+    why = _node_guard(st, n) or _budgets(st, n, left, 2)
+    if why is not None:  # the node's, or the pass's: no target does
+        tried.append(f"move to {name}: saving {_fmt(pct)}: {why}")
+        return False, "not moved: " + "; ".join(tried[:3])
+    pool = inp.pools[name]
+    cur = inp.rate_card.currency if inp.rate_card else ""
+    info: dict[str, Any] = {"kind": "move", "from": n.pool, "to": name, "saving_pct": round(pct, 3),
+                            "rate_cards": [prev[0] if prev else None, version], "node": n.id}
+    st.add(ActionKind.LAUNCH, Priority.CONSOLIDATION,
+           f"consolidation: 1 × {name} ({shape_text(pool.shape)}) at {p:.4f} {cur}/node-hour to take the work of "
+           f"{n.id} ({n.pool}, {price:.4f} {cur}/node-hour)", pool=name, count=1, price=p,
+           inputs={"consolidation": info, "headroom": (inp.headroom[name].free if name in inp.headroom else 0)})
+    st.add(ActionKind.DRAIN, Priority.CONSOLIDATION,
+           f"consolidation: move its work to {name}, {_fmt(pct)} cheaper on rate cards "
+           f"{info['rate_cards'][0]} and {version}", node=n.id, pool=n.pool, inputs={"consolidation": info})
+    room.take(name, pool, p)
+    memo.clear()  # the room changed: every target is looked at again
+    moved.add(n.id)
+    return True, f"moved to {name}: saving {_fmt(pct)} (threshold {_fmt(threshold)}) held 2 of 2 ticks"
+
+
+#: What :func:`_pick` found for a source pool, a node price and how long the node's host is kept: the target
+#: (price, pool, saving %) or None, and why the targets before it were not taken.
+Verdict = tuple[tuple[float, str, float] | None, list[str]]
+
+
+def _pick(st: PlanState, src: str, price: float, threshold: float, prev: tuple[str, dict[str, float]] | None,
+          room: _Room, kept: float, targets: list[tuple[float, str]], memo: dict[tuple[Any, ...], Verdict | None],
+          ) -> Verdict | None:
+    """The cheapest target pool whose own guards hold (saving on both ticks, risk, room, calendar), and why
+    the cheaper ones fail; None: no pool is cheaper at all. The same for every node of one pool, work shape
+    and host window until the room changes (``memo``, cleared by a move)."""
+    key = (src, price, kept, id(targets))
+    if key in memo:
+        return memo[key]
     cheaper = [(p, name) for p, name in targets if p < price]
-    if not cheaper and not tried:
-        return False, ""
-    for p, name in cheaper:
-        pct = _pct(price, p)
-        if pct < threshold:
-            tried.append(f"move to {name}: saving {_fmt(pct)} below the threshold {_fmt(threshold)}")
-            break  # the cheapest saves the most: the others save less
-        held = _held(prev, n.pool, name, threshold)
-        if held is not None:
-            tried.append(f"move to {name}: saving {_fmt(pct)}, {held}")
-            continue
-        why = _riskier(st, n.pool, name) or room.held(st, name, inp.pools[name], p) or _window(st, name, kept, room)
-        if why is not None:  # this target's: another may do
-            tried.append(f"move to {name}: saving {_fmt(pct)}: {why}")
-            continue
-        why = _node_guard(st, n) or _budgets(st, n, left, 2)
-        if why is not None:  # the node's, or the pass's: no target does
-            tried.append(f"move to {name}: saving {_fmt(pct)}: {why}")
+    out: Verdict | None = None
+    if cheaper:
+        tried: list[str] = []
+        pick = None
+        for p, name in cheaper:
+            pct = _pct(price, p)
+            if pct < threshold:
+                tried.append(f"move to {name}: saving {_fmt(pct)} below the threshold {_fmt(threshold)}")
+                break  # the cheapest saves the most: the others save less
+            held = _held(prev, src, name, threshold)
+            if held is not None:
+                tried.append(f"move to {name}: saving {_fmt(pct)}, {held}")
+                continue
+            why = _riskier(st, src, name) or room.held(st, name, st.inp.pools[name], p) or _window(st, name, kept, room)
+            if why is not None:  # this target's: another may do
+                tried.append(f"move to {name}: saving {_fmt(pct)}: {why}")
+                continue
+            pick = (p, name, pct)
             break
-        pool = inp.pools[name]
-        cur = inp.rate_card.currency if inp.rate_card else ""
-        info: dict[str, Any] = {"kind": "move", "from": n.pool, "to": name, "saving_pct": round(pct, 3),
-                "rate_cards": [prev[0] if prev else None, version], "node": n.id}
-        st.add(ActionKind.LAUNCH, Priority.CONSOLIDATION,
-               f"consolidation: 1 × {name} ({shape_text(pool.shape)}) at {p:.4f} {cur}/node-hour to take the work of "
-               f"{n.id} ({n.pool}, {price:.4f} {cur}/node-hour)", pool=name, count=1, price=p,
-               inputs={"consolidation": info, "headroom": (inp.headroom[name].free if name in inp.headroom else 0)})
-        st.add(ActionKind.DRAIN, Priority.CONSOLIDATION,
-               f"consolidation: move its work to {name}, {_fmt(pct)} cheaper on rate cards "
-               f"{info['rate_cards'][0]} and {version}", node=n.id, pool=n.pool, inputs={"consolidation": info})
-        room.take(name, pool, p)
-        moved.add(n.id)
-        return True, f"moved to {name}: saving {_fmt(pct)} (threshold {_fmt(threshold)}) held 2 of 2 ticks"
-    if not tried:
-        return False, ""
-    return False, "not moved: " + "; ".join(tried[:3])
+        out = (pick, tried)
+    memo[key] = out
+    return out
 
 
 def _held(prev: tuple[str, dict[str, float]] | None, src: str, dst: str, threshold: float) -> str | None:
@@ -358,7 +412,7 @@ def _window(st: PlanState, name: str, kept: float, room: _Room) -> str | None:
     cal = inp.calendars.get(name)
     if cal is None:
         return None
-    rank = sum(1 for n in inp.nodes if n.pool == name) + room.launched.get(name, 0) + 1
+    rank = room.ours[name] + room.launched.get(name, 0) + 1
     until = cal.safe_until(rank, now)
     safe = math.inf if until >= cal.end else until
     pool = inp.pools[name]
