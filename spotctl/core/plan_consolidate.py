@@ -197,7 +197,7 @@ def consolidate(st: PlanState) -> None:
                 why_not["moved" if decision else _category(reason)] += 1
     st.explain.append(f"consolidation: {len(cands)} busy node{'s' if len(cands) != 1 else ''} considered (minimum "
                       f"saving {_fmt(threshold)} on rate card {inp.rate_card.version} and the one before"
-                      f"{'' if prev is None else ' (' + prev[0] + ')'}): {moves} moved")
+                      f" ({'none seen yet' if prev is None else prev[0]})): {moves} moved")
     if why_not:
         st.explain.append(f"consolidation: {sum(why_not.values())} more nodes not listed one by one ("
                           + ", ".join(f"{k}: {v}" for k, v in sorted(why_not.items())) + ")")

@@ -80,3 +80,27 @@ def test_a_steady_drop_moves_each_node_once_and_then_nothing(make_rt):
     again = make_plan(PlanInput.from_dict(rt.store.plan_input(seq)))
     assert again.id == first.plan.id
     assert [a.to_dict() for a in again.actions] == [a.to_dict() for a in first.plan.actions]
+
+
+def test_a_move_whose_new_node_fails_to_launch_leaves_the_old_node_and_its_work_alone(make_rt):
+    from spotctl.ops.reconcile import run_pass
+
+    rt, world = make_rt()
+    _pin(world, lambda t: {"gp-az1": 0.2, "gp-az2": 0.3 if t < 12 else 0.12, "gp-rsv-az2": 0.6}, 3)
+    for _ in range(3 * 60):
+        rt.clock.advance(60)
+        world.advance(rt.clock.now())
+        dry = run_pass(rt, dry_run=True)
+        move = [a for a in dry.plan.actions if a.inputs.get("consolidation", {}).get("kind") == "move"]
+        if move:
+            break
+        run_pass(rt)
+    else:
+        raise AssertionError("no move planned in 3 hours")
+    world.inject_launch_failures("gp-az2", rt.clock.now() + 3600)
+    r = run_pass(rt)
+    drains = {a.node for a in move if str(a.kind) == "drain"}
+    skipped = [o for o in r.outcomes if o.kind == "drain" and o.node in drains]
+    assert skipped and all(o.status == "skipped" and "not launched" in o.detail for o in skipped)
+    states = {n.id: n.state for n in rt.store.nodes(live_only=True)}
+    assert all(states[n] == "active" for n in drains)  # not draining: its work goes on where it is
