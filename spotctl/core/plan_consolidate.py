@@ -138,7 +138,7 @@ def _fmt(pct: float) -> str:
 def consolidate(st: PlanState) -> None:
     """Retire or move busy nodes to cheaper capacity when every guard holds (see the module); say why each
     candidate moved or did not."""
-    inp, now, policy = st.inp, st.now, st.inp.policy
+    inp, policy = st.inp, st.inp.policy
     threshold = policy.consolidation_min_saving_pct
     if threshold <= 0:
         return  # off (the default): nothing decided, nothing said
@@ -153,6 +153,10 @@ def consolidate(st: PlanState) -> None:
              and n.running > 0 and not n.cordoned and n.notice is None and n.known and n.pool in inp.pools
              and st.prices.get(n.pool) is not None]
     cands.sort(key=lambda n: (-(st.prices.get(n.pool) or 0.0), n.id))
+    if left <= 0:
+        st.explain.append(f"consolidation: disruption budget ({policy.disruption_budget_pct:g} % of the nodes, shared "
+                          f"with scale-down) taken this pass: {len(cands)} busy nodes not looked at")
+        return
     prev = inp.previous_rate_card
     room = _room(st)
     # free room on our other nodes (for retiring a node): nodes that take work, get none from this plan, and of a
@@ -168,10 +172,6 @@ def consolidate(st: PlanState) -> None:
                 free[n.id] = r
     views = {n.id: n for n in inp.nodes}
     moved: set[str] = set()  # nodes this step drains, or puts work on: neither is touched again
-    if left <= 0:
-        st.explain.append(f"consolidation: disruption budget ({policy.disruption_budget_pct:g} % of the nodes, shared "
-                          f"with scale-down) taken this pass: {len(cands)} busy nodes not looked at")
-        return
     told = moves = 0
     why_not: Counter[str] = Counter()
     targets: dict[tuple[str, Shape], list[tuple[float, str]]] = {}  # (pool, work's shape) -> cheaper pools
@@ -291,7 +291,7 @@ def _decide(st: PlanState, n: NodeView, threshold: float, prev: tuple[str, dict[
             free: dict[str, Shape], views: dict[str, NodeView], moved: set[str], left: int,
             targets: list[tuple[float, str]], memo: dict[tuple[Any, ...], Verdict | None]) -> tuple[bool, str]:
     """One candidate: (moved?, why). An empty why: no cheaper place at all (not explained one by one)."""
-    inp, now = st.inp, st.now
+    inp = st.inp
     price = st.prices[n.pool]
     version = inp.rate_card.version if inp.rate_card else "?"
     kept = _kept_until(st, n)
