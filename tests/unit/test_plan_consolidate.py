@@ -179,3 +179,65 @@ def test_a_move_back_needs_the_saving_to_hold_again_and_the_new_node_to_be_old_e
     done = _passes(swing, 48)
     assert done[0] == (4, "n1", "a", "b")
     assert len(done) == 2 and done[1][2:] == ("b", "a") and done[1][0] >= 4 + 2  # 600 s = 2 ticks
+
+
+# -- properties ----------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as hs  # noqa: E402
+
+from spotctl.core.plan_consolidate import disruption_allowed  # noqa: E402
+
+_PRICE = hs.sampled_from([0.3, 0.5, 0.6, 0.8, 1.0, 1.2])
+
+
+def _check(now, before, fleet, pct, tokens):
+    """The invariants of one plan (see the tests below); returns its moves."""
+    before = now if before == "same" else before
+    nodes, usage = [], []
+    for k, (p, age_h, idle) in enumerate(fleet):
+        nodes.append(replace(node(k, p, idle_since=NOW - 3600 if idle else None), created_at=NOW - age_h * 3600))
+        if not idle:
+            usage.append(busy(f"n{k}", started=NOW - age_h * 3600))
+    pol = replace(POLICY, disruption_budget_pct=pct)
+    i = plan_input([pool(n) for n in "abc"], [h for n in "abc" for h in hosts(n, 2)], [], prices=now, nodes=nodes,
+                   usage=usage, policy=pol, previous=None if before is None else ("rc-0", before),
+                   budget=Bucket(0.001, 30, float(tokens), NOW))
+    p = plan(i)
+    drains = [a for a in p.actions if a.kind is ActionKind.DRAIN and "consolidation" in a.inputs]
+    deletes = [a for a in p.actions if a.kind is ActionKind.DELETE]
+    assert len(drains) + len(deletes) <= disruption_allowed(len(nodes), pct)
+    for d in drains:
+        info = d.inputs["consolidation"]
+        src, dst = info["from"], info["to"]
+        assert before is not None
+        for card in (now, before):
+            assert (card[src] - card[dst]) / card[src] * 100 >= POLICY.consolidation_min_saving_pct
+        assert NOW - nodes[int(d.node[1:])].created_at >= POLICY.consolidation_min_node_age_seconds
+    launches = [a for a in p.actions if a.kind is ActionKind.LAUNCH]
+    assert len(launches) == len(drains)  # one new node per move, and nothing else here launches
+    assert 2 * len(drains) + len(deletes) <= max(0, tokens - 30 * 0.4)  # consolidation keeps its reserve back
+    return drains
+
+
+def test_every_move_of_a_sweep_saves_on_both_ticks_within_both_budgets():
+    from itertools import product
+
+    fleet = [("a", 2, False), ("b", 2, False), ("c", 0, False), ("a", 1, True)]
+    moved = 0
+    for pa, pb, qa, qb in product((0.5, 0.6, 1.0), repeat=4):
+        for pct, tokens in ((100, 30), (20, 16), (20, 13)):
+            moved += len(_check({"a": pa, "b": pb, "c": 0.55}, {"a": qa, "b": qb, "c": 0.55}, fleet, pct, tokens))
+    assert moved >= 10  # the sweep does move (the invariants are not vacuous)
+
+
+@settings(max_examples=200, deadline=None)
+@given(now=hs.fixed_dictionaries({p: _PRICE for p in ("a", "b", "c")}),
+       before=hs.one_of(hs.just("same"), hs.fixed_dictionaries({p: _PRICE for p in ("a", "b", "c")}), hs.none()),
+       fleet=hs.lists(hs.tuples(hs.sampled_from("abc"), hs.sampled_from([2, 1, 0]), hs.booleans()), min_size=1,
+                      max_size=12),
+       pct=hs.sampled_from([100, 20, 5, 0]), tokens=hs.sampled_from([30, 16, 13, 0]))
+def test_a_move_always_saves_on_both_ticks_within_both_budgets(now, before, fleet, pct, tokens):
+    """Whatever the prices, fleet and budgets: each move saves at least the threshold on this card and the one
+    before; moves and scale-down together stay within the disruption budget; nothing takes a token it lacks."""
+    _check(now, before, fleet, pct, tokens)
