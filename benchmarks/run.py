@@ -20,6 +20,8 @@ targets as PASS/FAIL with the baseline measured in the same run:
   state_open  opening a 200 MB state DB vs a small one; outbox pending counts
   prune       the budgeted prune in each pass; `spotctl state prune` throughput
   simulate    `spotctl simulate --hours 168` <= 7.5x `--hours 24`
+  consolidation  demo region, 4 h of passes, prices pinned: no move when the cheap pool swaps every
+              tick; after a steady 40 % drop, moves downhill only, none twice, spend below off
 
 Absolute times vary with the machine; the ratios are what to compare.
 """
@@ -184,6 +186,8 @@ SECTIONS: dict[str, tuple[str, object]] = {
               lambda quick: _module("prune").bench(quick)),
     "simulate": ("`spotctl simulate --hours 168` vs `--hours 24` (benchmarks/simulate.py)",
                  lambda quick: _module("simulate").bench(quick)),
+    "consolidation": ("consolidation under oscillating and dropping prices (benchmarks/consolidation.py)",
+                      lambda quick: _module("consolidation").bench(quick)),
 }
 
 

@@ -49,16 +49,17 @@ def node(i, pool_name="p1", state=NodeState.ACTIVE, idle_since=None, price=1.0):
 
 
 def plan_input(pools, all_hosts, units, *, reservations=(), prices=None, nodes=(), usage=(), notices=(),
-               policy=None, quota=None, budget=None, failures=None, now=NOW):
+               policy=None, quota=None, budget=None, failures=None, now=NOW, previous=None, version="rc-1"):
     pools = {p.name: p for p in pools}
     prices = prices or {name: 1.0 for name in pools}
     return build_input(
         region="t", now=now, pools=pools, policy=policy or Policy(spend_cap_per_hour=None),
         headroom={n: headroom(p, all_hosts, now) for n, p in pools.items()},
         calendars={n: forward_calendar(p, all_hosts, list(reservations), now) for n, p in pools.items()},
-        quota=quota or Quota(), rate_card=RateCard("rc-1", "EUR", prices, now, now + 300),
+        quota=quota or Quota(), rate_card=RateCard(version, "EUR", prices, now, now + 300),
         nodes=list(nodes), usage=list(usage), notices=list(notices), units=list(units), excluded={},
         recent_reclaims={}, pool_failures=failures or {}, budget=budget or Bucket.full(10.0, 1000, now),
+        previous_rate_card=previous,
     )
 
 

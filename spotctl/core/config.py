@@ -67,6 +67,31 @@ class Policy:
     # A pass observes every source (cloud, feed, schedulers) concurrently within this many seconds; a source
     # that misses it is degraded for that pass (exit 7), not waited for. Below the timer period (30 s).
     observe_deadline_seconds: float = 20.0
+    # Consolidation (spotctl.core.plan_consolidate): move a node's work to a cheaper pool, or retire a node whose
+    # work fits on our other nodes, only when the saving is at least this share of the node's price on this rate
+    # card and the one before (two ticks). 0: off (the default: consolidation preempts running work, so a region
+    # opts in once it has chosen its threshold and hold times).
+    consolidation_min_saving_pct: float = 0.0
+    consolidation_min_node_age_seconds: int = 3600  # a node younger than this is never consolidated
+    consolidation_min_run_seconds: int = 1800  # nor one whose youngest workload has run less (or an unknown time)
+    # also retire a busy node whose work fits in free room on our other nodes (off: measured on the simulator it
+    # launched more than it saved, see the operator guide)
+    consolidation_retire: bool = False
+
+
+#: Policy keys a recorded plan input lists only when they differ from their default (added after inputs were
+#: first recorded: an input recorded before them replays, and keeps its digest, as it was).
+POLICY_RECORDED_IF_SET: dict[str, Any] = {
+    "consolidation_min_saving_pct": 0.0, "consolidation_min_node_age_seconds": 3600,
+    "consolidation_min_run_seconds": 1800, "consolidation_retire": False,
+}
+
+
+def policy_record(policy: Policy) -> dict[str, Any]:
+    """The policy as a plan input records it: every key, but those of :data:`POLICY_RECORDED_IF_SET` at their
+    default."""
+    return {k: v for k, v in policy.__dict__.items()
+            if k not in POLICY_RECORDED_IF_SET or v != POLICY_RECORDED_IF_SET[k]}
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,8 @@ _POLICY_SCHEMA = {
     "drill_max_pool_pct": _num(hi=100, gt=0), "drill_min_served_pct": _num(0, 100),
     "contract_restore_notices": _int(1, 1000), "contract_restore_hold_seconds": _secs(),
     "observe_deadline_seconds": _num(lo=0.5, hi=3600),
+    "consolidation_min_saving_pct": _num(0, 100), "consolidation_min_node_age_seconds": _secs(),
+    "consolidation_min_run_seconds": _secs(), "consolidation_retire": _B,
 }
 _URL = _str(check="url")
 _TOKEN = _str(check="token")

@@ -314,6 +314,10 @@ class NodeUsage:
     running: int
     cordoned: bool = False
     last_busy_at: float | None = None
+    #: When the youngest workload running there started (the latest start): every workload on the node has
+    #: run at least ``now - work_started_at``. None: not known (the scheduler does not say, or one of the
+    #: workloads has no start time); consolidation never preempts work whose run time is not known.
+    work_started_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

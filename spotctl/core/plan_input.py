@@ -17,7 +17,7 @@ from typing import Any
 
 from .budget import Bucket
 from .capacity import HORIZON_SECONDS, Calendar, PoolHeadroom, calendar_id
-from .config import Policy
+from .config import Policy, policy_record
 from .models import (
     Exclusion,
     Node,
@@ -88,15 +88,24 @@ class NodeView:
     protect_closed: bool = False
     cordoned_by_us: bool = False  # our record says we cordoned it (``cordoned`` also counts other cordons)
     known: bool = True  # some scheduler knows the node (it has registered): there is something to cordon
+    launched_at: float | None = None  # when we launched it (our record's creation): the node's age
+    #: when its youngest running workload started, as its schedulers say (None: nothing runs, or not known)
+    work_started_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "id": self.id, "pool": self.pool, "state": str(self.state), "used": self.used.to_dict(), "host": self.host,
             "running": self.running, "cordoned": self.cordoned, "idle_since": self.idle_since,
             "notice": _notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
             "protected_until": self.protected_until, "protect_closed": self.protect_closed,
             "cordoned_by_us": self.cordoned_by_us, "known": self.known,
         }
+        # recorded when known (an input recorded before they were keeps its digest)
+        if self.launched_at is not None:
+            d["launched_at"] = self.launched_at
+        if self.work_started_at is not None:
+            d["work_started_at"] = self.work_started_at
+        return d
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,9 @@ class PlanInput:
     #: schedulers whose usage was not read this pass (down, or bound by a pool but not configured): a node of
     #: theirs that shows nothing running is not known to be empty
     usage_unread: frozenset[str] = frozenset()
+    #: the rate card seen before this one (the previous tick), from the state DB: its version and prices.
+    #: Consolidation moves only on a saving that holds on both. None: not known (a first pass, no feed).
+    previous_rate_card: tuple[str, dict[str, float]] | None = None
     digest_version: int = 0  # 1 or 2 (see plan_digest.DIGEST_VERSIONS): a recorded input's; 0: a new one (2)
 
     def digest(self) -> str:
@@ -204,7 +216,7 @@ class PlanInput:
         return {
             "region": self.region,
             "now": self.now,
-            "policy": self.policy.__dict__,
+            "policy": policy_record(self.policy),
             "headroom": {k: v.to_dict() for k, v in sorted(self.headroom.items())},
             "calendars": {k: v.to_dict() for k, v in sorted(self.calendars.items())},
             "calendar_id": calendar_id(self.calendars),
@@ -223,6 +235,9 @@ class PlanInput:
             "pools": {k: pool_to_dict(v) for k, v in sorted(self.pools.items())},
             "host_reclaims": dict(sorted(self.host_reclaims.items())),
             **({"usage_unread": sorted(self.usage_unread)} if self.usage_unread else {}),
+            **({"previous_rate_card": {"version": self.previous_rate_card[0],
+                                       "prices": dict(sorted(self.previous_rate_card[1].items()))}}
+               if self.previous_rate_card is not None else {}),
         }
 
     @classmethod
@@ -254,7 +269,8 @@ class PlanInput:
                     deadline=n["notice"]["deadline"], reason=n["notice"]["reason"], pool=n["notice"]["pool"]),
                 price=n["price"], drain_started=n["drain_started"], host=n.get("host"),
                 protected_until=n.get("protected_until"), protect_closed=n.get("protect_closed", False),
-                cordoned_by_us=n.get("cordoned_by_us", False), known=n.get("known", True))
+                cordoned_by_us=n.get("cordoned_by_us", False), known=n.get("known", True),
+                launched_at=n.get("launched_at"), work_started_at=n.get("work_started_at"))
                 for n in d["nodes"]),
             demand=tuple(DemandClass(
                 key=c["key"], scheduler=c["scheduler"], shape=Shape(**c["shape"]), priority=c["priority"],
@@ -267,7 +283,10 @@ class PlanInput:
             no_notice_pools=frozenset(d["no_notice_pools"]), excluded=dict(d["excluded"]),
             exclusions=tuple(tuple(e) for e in d["exclusions"]),
             host_reclaims=dict(d.get("host_reclaims", {})),
-            usage_unread=frozenset(d.get("usage_unread", ())), digest_version=version,
+            usage_unread=frozenset(d.get("usage_unread", ())),
+            previous_rate_card=None if d.get("previous_rate_card") is None else (
+                d["previous_rate_card"]["version"], dict(d["previous_rate_card"]["prices"])),
+            digest_version=version,
         )
 
 
@@ -300,6 +319,7 @@ def build_input(
     exclusions: list[Exclusion] | None = None,
     host_reclaims: dict[str, float] | None = None,
     usage_unread: frozenset[str] = frozenset(),
+    previous_rate_card: tuple[str, dict[str, float]] | None = None,
 ) -> PlanInput:
     """Aggregate an observed snapshot into a compact, recordable plan input."""
     by_node: dict[str, list[NodeUsage]] = {}
@@ -315,6 +335,9 @@ def build_input(
         by_instance.setdefault(n.instance_id, n)
     advisories: dict[str, int] = {}
     views = []
+    # what only consolidation decides on (node age, run time, the previous rate card) is in the input only when
+    # consolidation is on: an input holds what its plan was decided on, and no more
+    consolidating = policy.consolidation_min_saving_pct > 0
     for node in sorted(nodes, key=lambda n: n.id):
         if not node.live and not (node.state is NodeState.FAILED and node.instance_id):
             continue  # a failed node with an instance (an ERROR server) stays: the planner deletes it
@@ -322,6 +345,8 @@ def build_input(
         running = 0
         last_busy = None
         some_cordoned = False  # some scheduler has it cordoned
+        started: float | None = None  # the youngest workload's start, over the schedulers with work there
+        start_unknown = False
         v = r = g = 0  # what runs on it, summed over its schedulers
         for u in us:
             s = u.used
@@ -332,6 +357,12 @@ def build_input(
                 last_busy = lb
             if u.cordoned:
                 some_cordoned = True
+            if u.running:
+                ws = u.work_started_at
+                if ws is None:
+                    start_unknown = True
+                elif started is None or ws > started:
+                    started = ws
         used = us[0].used if len(us) == 1 else Shape(v, r, g) if us else Shape()
         notice = by_instance.get(node.instance_id) if node.instance_id else None
         if notice is not None and notice.kind is not NoticeKind.HARD:
@@ -345,7 +376,9 @@ def build_input(
             id=node.id, pool=node.pool, state=node.state, used=used, running=running, notice=notice,
             cordoned=node.cordoned or some_cordoned, idle_since=idle_since, price=node.price, known=bool(us),
             drain_started=node.updated_at if node.state is NodeState.DRAINING else None, host=node.host,
-            protected_until=node.protected_until, protect_closed=node.protect_closed, cordoned_by_us=node.cordoned))
+            protected_until=node.protected_until, protect_closed=node.protect_closed, cordoned_by_us=node.cordoned,
+            launched_at=node.created_at if consolidating else None,
+            work_started_at=None if start_unknown or not running or not consolidating else started))
     classes = _unit_classes(units)
     demand = []
     # the pools that serve a binding (scheduler, partition, features, selector, tolerations), by pool shape;
@@ -382,7 +415,7 @@ def build_input(
         no_notice_pools=no_notice_pools, excluded=dict(excluded),
         exclusions=tuple(sorted((e.unit_id, str(e.scheduler), e.reason) for e in (exclusions or ()))[:MAX_EXCLUSIONS]),
         host_reclaims={h: t for h, t in (host_reclaims or {}).items() if now <= t <= now + HORIZON_SECONDS},
-        usage_unread=frozenset(usage_unread),
+        usage_unread=frozenset(usage_unread), previous_rate_card=previous_rate_card if consolidating else None,
     )
 
 

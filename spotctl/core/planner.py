@@ -15,10 +15,13 @@ the order of decisions is the order of the budget's claims:
    rest into new nodes of the cheapest, least risky pool whose forward calendar leaves time for the
    work to finish and drain; respecting headroom (host by host), quota, pool limits, spend cap and
    the token budget;
-   then host-aware placement (:func:`~spotctl.core.hostaware.choose_hosts`) — each launch records the
-   earliest host reclaim its nodes can live with, for the cloud to place them by;
 4. scale down — idle nodes past the idle TTL, within the disruption budget;
-5. summary — actions sorted by priority class (stable), with the plan's pools, demand and inputs.
+5. consolidation (:mod:`~spotctl.core.plan_consolidate`) — retire a busy node whose work fits on our other
+   nodes, or move it to one new node of a cheaper pool, when the saving held for two rate-card ticks and
+   every guard holds (risk, node age, run time); what is left of the same disruption budget;
+6. host-aware placement (:func:`~spotctl.core.hostaware.choose_hosts`) — each launch (of demand or of a
+   move) records the earliest host reclaim its nodes can live with, for the cloud to place them by;
+7. summary — actions sorted by priority class (stable), with the plan's pools, demand and inputs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .budget import Priority
 from .models import ActionKind, NodeState
 from .plan_demand import fill_existing, next_drop, nodes_by_pool, pack_new, pool_score
 from .hostaware import choose_hosts
+from .plan_consolidate import consolidate, disruption_allowed
 from .plan_housekeeping import housekeeping, protect_windows
 from .plan_input import PlanInput
 from .plan_state import PlanState
@@ -39,7 +43,7 @@ from .plan_state import PlanState
 def plan(inp: PlanInput) -> Plan:
     """The plan for ``inp``: the sub-planners in order over one plan state, then its summary."""
     st = PlanState.start(inp)
-    for step in (housekeeping, protect_windows, fill_existing, pack_new, choose_hosts, scale_down):
+    for step in (housekeeping, protect_windows, fill_existing, pack_new, scale_down, consolidate, choose_hosts):
         step(st)
     return summary(st)
 
@@ -53,9 +57,7 @@ def scale_down(st: PlanState) -> None:
             and now - n.idle_since >= policy.idle_ttl_seconds]
     if not idle:
         return
-    allowed = int(len([n for n in inp.nodes if n.id not in st.leaving]) * policy.disruption_budget_pct / 100)
-    if policy.disruption_budget_pct > 0:
-        allowed = max(1, allowed)
+    allowed = disruption_allowed(len([n for n in inp.nodes if n.id not in st.leaving]), policy.disruption_budget_pct)
     idle.sort(key=lambda n: (-st.prices.get(n.pool, n.price), n.idle_since, n.id))
     for n in idle[:allowed]:
         assert n.idle_since is not None  # the filter above

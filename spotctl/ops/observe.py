@@ -302,6 +302,11 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
                  if plannable(n)]
     reclaims, failures = rt.store.recent_reclaims(now - RECLAIM_WINDOW), rt.store.pool_failures(now)
     bucket, hosts = rt.bucket(), host_reclaims(rt, snap)
+    previous = None  # the rate card before this one: consolidation's second tick (only read when it is on)
+    if snap.rate_card is not None and rt.region.policy.consolidation_min_saving_pct > 0:
+        from spotctl.state import history
+
+        previous = history.previous_rate_card(rt.store, snap.rate_card.version)
     import gc  # the cyclic collector is paused while the input is built (pure CPU, read already): see planned()
 
     collecting = gc.isenabled()
@@ -315,6 +320,7 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
             exclusions=snap.exclusions, host_reclaims=hosts,
             usage_unread=frozenset({k.split(":", 1)[1] for k in snap.degraded if k.startswith("scheduler:")}
                                    | ({"kubernetes", "slurm"} - {s.name for s in rt.schedulers})),
+            previous_rate_card=previous,
         )
     finally:
         if collecting:

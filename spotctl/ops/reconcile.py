@@ -10,7 +10,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from spotctl.core.actions import Plan
+from spotctl.core.actions import Action, Plan
+from spotctl.core.models import OutcomeStatus
 
 from . import contract
 from .act import Outcome, execute, execute_drains, resume
@@ -191,9 +192,11 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str],
          budget: ObserveBudget | None = None) -> list[Outcome]:
     outcomes: list[Outcome] = []
     current = plan
+    replaced: set[str] = set()  # nodes whose consolidation move launched its new node (only then is it drained)
     for round_ in range(MAX_FALLBACK_ROUNDS + 1):
         failed_pools = []
-        actions = [a for a in current.actions if round_ == 0 or a.kind == "launch"]
+        # a fallback round launches for demand only: a consolidation move is its launch and its drain, in one plan
+        actions = [a for a in current.actions if round_ == 0 or (a.kind == "launch" and "consolidation" not in a.inputs)]
         i = 0
         while i < len(actions):
             action = actions[i]
@@ -202,12 +205,22 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str],
                 j = i
                 while j < len(actions) and actions[j].kind == "drain":
                     j += 1
-                outcomes.extend(execute_drains(rt, actions[i:j], current.id))
+                run = []
+                for a in actions[i:j]:
+                    if _move(a) and a.node not in replaced:  # its new node was not made: the work stays
+                        outcomes.append(Outcome(a.id, "drain", OutcomeStatus.SKIPPED, "consolidation move: its new node "
+                                                "was not launched, so the node is not drained", pool=a.pool, node=a.node))
+                    else:
+                        run.append(a)
+                if run:
+                    outcomes.extend(execute_drains(rt, run, current.id))
                 i = j
                 continue
             i += 1
             out = execute(rt, action, current.id)
             outcomes.append(out)
+            if _move(action) and out.done >= 1:
+                replaced.add(action.inputs["consolidation"]["node"])
             if action.kind == "launch" and out.status in ("failed", "partial") and out.done < (action.count or 0) \
                     and "token budget" not in out.detail:
                 failed_pools.append(action.pool)
@@ -223,6 +236,12 @@ def _act(rt: Runtime, plan: Plan, snap: Snapshot, no_notice: frozenset[str],
     return outcomes
 
 
+def _move(a: Action) -> bool:
+    """Whether ``a`` is half of a consolidation move (the launch of the new node, or the drain of the old)."""
+    info = a.inputs.get("consolidation")
+    return isinstance(info, dict) and info.get("kind") == "move"
+
+
 def _record_history(rt: Runtime, snap: Snapshot) -> None:
     """What `spotctl report` reads and no other row keeps (:mod:`spotctl.state.history`): the prices this
     pass saw (a row per change) and the pending units' waits (a scheduler not read ends none)."""
@@ -230,5 +249,6 @@ def _record_history(rt: Runtime, snap: Snapshot) -> None:
 
     if snap.rate_card is not None:
         history.record_prices(rt.store, snap.rate_card.prices, snap.rate_card.currency, snap.now)
+        history.record_rate_card_tick(rt.store, snap.rate_card.version, snap.rate_card.prices, snap.now)
     read = {s.name for s in rt.schedulers if f"scheduler:{s.name}" not in snap.degraded}
     history.record_waits(rt.store, [u for u in snap.units if str(u.scheduler) in read], read, snap.now)

@@ -20,6 +20,7 @@ Notices come from two sources:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from spotctl.core.errors import NotFoundError
@@ -93,11 +94,27 @@ class Provider:
         self._base = {name: base_price(p) for name, p in world.pools.items()}
         self._pkey = {name: stable_int(world.seed, "price", name) for name in world.pools}
         self._prices: dict[tuple[str, int], float] = {}
+        self._pinned: dict[tuple[str, int], float] = {}  # what-if prices (pin_price), kept apart from the cache
         self._card: RateCard | None = None
 
     # --- rate card -----------------------------------------------------------
 
+    def pin_price(self, pool: str, slot: int, price: float) -> None:
+        """What-if: the rate card of ``slot`` (``rate_card_seconds`` long, counted from the epoch) quotes
+        ``price`` for ``pool`` (a spike, a drop, an oscillation), whatever the model says. In memory only: a
+        saved world does not keep it."""
+        if pool not in self.w.pools:
+            raise NotFoundError(f"unknown pool {pool!r}")
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
+            raise ValueError(f"a price is a finite number >= 0, not {price!r}")
+        self._pinned[(pool, slot)] = round(float(price), 4)
+        if self._card is not None and self._card.version == f"rc-{slot}":
+            self._card = None  # made again with the pinned price
+
     def price(self, pool: str, slot: int) -> float:
+        pinned = self._pinned.get((pool, slot))
+        if pinned is not None:
+            return pinned
         p = self._prices.get((pool, slot))
         if p is None:
             if len(self._prices) > 50000:

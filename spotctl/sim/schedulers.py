@@ -535,6 +535,7 @@ class Cluster:
             if not node.reg & bit:
                 continue
             v = m = g = n = 0
+            started: float | None = None  # the youngest run's start
             for run in node.runs:
                 if run.s == s:
                     sh = run.unit.shape
@@ -542,8 +543,11 @@ class Cluster:
                     m += sh.ram_mb
                     g += sh.gpus
                     n += 1
+                    if started is None or run.started_at > started:
+                        started = run.started_at
             out.append(NodeUsage(node=node.name, scheduler=sched, used=Shape(v, m, g), running=n,
-                                 cordoned=bool(node.cordoned & bit), last_busy_at=now if n else node.times[2 + s]))
+                                 cordoned=bool(node.cordoned & bit), last_busy_at=now if n else node.times[2 + s],
+                                 work_started_at=started))
         self._usage[s] = (key, out)
         return list(out)
 

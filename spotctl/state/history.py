@@ -16,6 +16,7 @@ is bounded by the window through an index (``prices_at`` and the primary key, ``
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -50,6 +51,61 @@ def record_prices(store: StoreBase, prices: Mapping[str, Any], currency: str, at
         for pool, _, price, _ in rows:
             last[pool] = price
     return len(rows)
+
+
+#: The kv key of the last two rate cards a pass saw (version and prices): consolidation's two ticks.
+RATE_CARD_TICKS_KEY = "rate_card_ticks"
+
+
+def _card(v: Any) -> tuple[str, dict[str, float]] | None:
+    """A recorded card (``{"version", "prices"}``) as (version, prices); None when it is not one (a row
+    edited by hand, or none): the planner then knows no previous tick, and consolidation waits."""
+    if not isinstance(v, dict) or not isinstance(v.get("version"), str) or not isinstance(v.get("prices"), dict):
+        return None
+    prices: dict[str, float] = {}
+    for pool, price in v["prices"].items():
+        if not isinstance(pool, str) or isinstance(price, bool) or not isinstance(price, (int, float)) \
+                or not math.isfinite(price) or price < 0:
+            return None
+        prices[pool] = float(price)
+    return v["version"], prices
+
+
+def _ticks(store: StoreBase) -> tuple[tuple[str, dict[str, float]] | None, tuple[str, dict[str, float]] | None]:
+    raw = store.get_value(RATE_CARD_TICKS_KEY)  # type: ignore[attr-defined]
+    if raw is None:
+        return None, None
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        return None, None
+    if not isinstance(d, dict):
+        return None, None
+    return _card(d.get("current")), _card(d.get("previous"))
+
+
+def record_rate_card_tick(store: StoreBase, version: str, prices: Mapping[str, Any], at: float) -> bool:
+    """Remember the rate card this pass saw and the one before it (a new version moves the last one back);
+    True when the version was new. Prices that are not finite, non-negative numbers are left out."""
+    current, _ = _ticks(store)
+    if current is not None and current[0] == version:
+        return False
+    clean = {p: float(v) for p, v in sorted(prices.items()) if not isinstance(v, bool) and isinstance(v, (int, float))
+             and math.isfinite(v) and v >= 0}
+    value = {"current": {"version": version, "prices": clean},
+             "previous": None if current is None else {"version": current[0], "prices": current[1]}}
+    store.set_value(RATE_CARD_TICKS_KEY, json.dumps(value, sort_keys=True), at)  # type: ignore[attr-defined]
+    return True
+
+
+def previous_rate_card(store: StoreBase, version: str) -> tuple[str, dict[str, float]] | None:
+    """The rate card seen before the one named ``version``: the one recorded before it when this card is
+    recorded already (a pass records it before it plans), else the last one recorded (``spotctl plan``
+    records nothing). None when no pass has seen another card."""
+    current, previous = _ticks(store)
+    if current is None:
+        return None
+    return previous if current[0] == version else current
 
 
 def record_waits(store: StoreBase, units: Iterable[WorkUnit], schedulers: Collection[str], at: float) -> None:

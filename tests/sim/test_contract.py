@@ -23,6 +23,28 @@ def test_rate_card_changes_every_five_minutes(world, region):
     assert len(versions) == 7
 
 
+def test_a_pinned_price_is_what_the_rate_card_of_its_slot_quotes(world):
+    import math
+
+    import pytest
+
+    from spotctl.core.errors import NotFoundError
+
+    slot = int(world.now // 300)
+    before = world.contract.rate_card()
+    world.provider.pin_price("gp-az1", slot, 0.1234)  # the card in force is made again with it
+    world.provider.pin_price("gp-az2", slot + 1, 9.0)
+    now = world.contract.rate_card()
+    assert now.prices["gp-az1"] == 0.1234 and now.prices["gp-az2"] == before.prices["gp-az2"]
+    world.advance(world.now + 300)
+    assert world.contract.rate_card().prices["gp-az2"] == 9.0
+    for bad in (-1.0, math.nan, math.inf, True):
+        with pytest.raises(ValueError):
+            world.provider.pin_price("gp-az1", slot, bad)
+    with pytest.raises(NotFoundError):
+        world.provider.pin_price("nope", slot, 1.0)
+
+
 def test_prices_by_kind_and_class_and_bounded_swing(world):
     seen: dict[str, list[float]] = {}
     for _ in range(24 * 12):  # a day of rate cards

@@ -222,11 +222,14 @@ def test_the_digest_changes_with_every_decision_input():
                   "cordoned": not n0.cordoned, "idle_since": NOW - 5, "price": 9.5, "drain_started": NOW - 1,
                   "host": "h-9", "protected_until": NOW + 60, "protect_closed": True,
                   "cordoned_by_us": not n0.cordoned_by_us, "known": not n0.known,
-                  "notice": Notice("ntc-1", "i-1", NoticeKind.HARD, NOW - 10, NOW + 600, "reclaim", "p1")}
+                  "notice": Notice("ntc-1", "i-1", NoticeKind.HARD, NOW - 10, NOW + 600, "reclaim", "p1"),
+                  "launched_at": NOW - 3600, "work_started_at": NOW - 600}
     assert set(other) == {f.name for f in fields(d0)} and set(node_other) == {f.name for f in fields(n0)}
     changed = [replace(inp, demand=(replace(d0, **{k: v}),) + inp.demand[1:]) for k, v in other.items()]
     changed += [replace(inp, nodes=(replace(n0, **{k: v}),) + inp.nodes[1:]) for k, v in node_other.items()]
     changed += [replace(inp, now=inp.now + 1), replace(inp, nodes=inp.nodes[::-1]),
+                replace(inp, previous_rate_card=("rc-0", {"p1": 1.0})),
+                replace(inp, policy=replace(inp.policy, consolidation_min_saving_pct=25)),
                 replace(inp, pools={**inp.pools, "p2": replace(inp.pools["p2"], max_nodes=3)})]
     digests = [c.digest() for c in changed]
     assert base not in digests and len(set(digests)) == len(digests)

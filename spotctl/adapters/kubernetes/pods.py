@@ -52,6 +52,7 @@ class PodView:
     gated: bool
     nominated: bool
     problem: str | None = None  # malformed: why
+    started: float | None = None  # status.startTime (when the kubelet took it); None: not reported, or not a time
 
 
 def metav1_time(text: str | None) -> float:
@@ -81,6 +82,7 @@ def digest(pod: dict, settings: Settings) -> PodView:
         daemonset=any(isinstance(o, dict) and o.get("kind") == "DaemonSet" and o.get("controller") for o in owners),
         mirror="kubernetes.io/config.mirror" in annotations, gated=bool(spec.get("schedulingGates")),
         nominated=bool(st.get("nominatedNodeName")),
+        started=(metav1_time(st["startTime"]) or None) if isinstance(st.get("startTime"), str) else None,
     )
     try:
         if not name or not ns:

@@ -184,9 +184,12 @@ class KubernetesScheduler:
             pods = by_node.get(name, [])
             used = to_shape(sum(p.resources[0] for p in pods), sum(p.resources[1] for p in pods),
                             sum(p.resources[2] for p in pods))
+            # the youngest pod's start: every pod there has run at least this long (None: one did not say when)
+            starts = [p.started for p in pods]
+            started = max(s for s in starts if s is not None) if pods and None not in starts else None
             out.append(NodeUsage(node=name, scheduler=Scheduler.KUBERNETES, used=used, running=len(pods),
                                  cordoned=bool((n.get("spec") or {}).get("unschedulable")),
-                                 last_busy_at=now if pods else None))
+                                 last_busy_at=now if pods else None, work_started_at=started))
         return out
 
     # -- SchedulerPort: act

@@ -10,6 +10,7 @@ which nodes are ours (``node_name``, ``node_prefix``), which pending jobs more n
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import time
@@ -182,10 +183,19 @@ class SlurmScheduler(SlurmRest):
         """What runs on each of our nodes, and whether it is drained."""
         now = self.clock.now()
         running: dict[str, int] = {}
+        # per host: the latest start of a job running there (None once one of them has no readable start:
+        # its run time is not known, and consolidation does not preempt what it does not know)
+        started: dict[str, float | None] = {}
         for j in self._jobs():
             if "RUNNING" in _flags(j.get("job_state")) or "COMPLETING" in _flags(j.get("job_state")):
+                start = _job_start(j)
                 for host in expand_hostlist(_text(j.get("nodes"))):
                     running[host] = running.get(host, 0) + 1
+                    if host not in started:
+                        started[host] = start
+                    elif started[host] is not None:
+                        had = started[host]
+                        started[host] = None if start is None or had is None else max(had, start)
         out = []
         for n in self.nodes():
             name = n.get("name")
@@ -202,7 +212,8 @@ class SlurmScheduler(SlurmRest):
             k = running.get(name, 0)
             out.append(NodeUsage(node=node, scheduler=Scheduler.SLURM, used=used, running=k,
                                  cordoned=bool(flags & {"DRAIN", "DRAINED", "DRAINING"}),
-                                 last_busy_at=now if k else (float(last) if last else None)))
+                                 last_busy_at=now if k else (float(last) if last else None),
+                                 work_started_at=started.get(name) if k else None))
         return out
 
     # --- node updates -----------------------------------------------------------------
@@ -345,3 +356,14 @@ class SlurmScheduler(SlurmRest):
         rc, out = sc.run(["delete", f"nodename={name}"])
         if rc != 0:
             sc.fail(out, f"delete node {name}")
+
+
+def _job_start(j: dict[str, Any]) -> float | None:
+    """A running job's start time (epoch seconds), or None when slurmrestd gives none that is a time."""
+    try:
+        v = _num(j.get("start_time"))
+    except ValueError:
+        return None
+    if v is None or not math.isfinite(v) or v <= 0:
+        return None
+    return float(v)
