@@ -156,8 +156,8 @@ def pack_new(st: PlanState) -> None:
     """Pack the demand left into new nodes: replacement capacity in a first round, pending units in a second;
     then count what no node takes, by reason. Within a round, each batch of identical new nodes goes to the pool
     whose next node costs the least for what it packs (:class:`PoolPack`: its price, inflated by risk, over the
-    worth of the units a node of it takes now), so that RAM-bound work goes to RAM-rich pools and a spend cap
-    buys the most work; pools are asked again as the demand left changes (a lazy greedy: a pool's cost only
+    worth of the units a node of it takes now; under a spend cap, over their number), so that RAM-bound work goes
+    to RAM-rich pools and a spend cap buys the most units; pools are asked again as the demand left changes (a lazy greedy: a pool's cost only
     rises as its demand is taken)."""
     inp, prices = st.inp, st.prices
     ls = Launches(spend=sum(prices.get(n.pool, n.price) for n in inp.nodes if n.id not in st.leaving),
@@ -173,7 +173,8 @@ def pack_new(st: PlanState) -> None:
                 ls.block[d.key] = "rate card unavailable: no launches without prices"
         st.explain.append("rate card unavailable: launches are held until prices are known")
         pool_order = []
-    worth = unit_worth(st, [name for _, name in pool_order])
+    # what a node is worth: the units it packs at the cheapest resource prices; under a spend cap, their number
+    worth = unit_worth(st, [name for _, name in pool_order]) if inp.policy.spend_cap_per_hour is None else None
     # Each pool's packing ends for one reason, given to every class it could have taken that is left
     # (or, for a calendar too close, to those longer than its window): kept per pool, not per class
     index = st.index()
@@ -255,9 +256,12 @@ class PoolPack:
     first: int = 0  # when its first batch was taken (decision order)
 
     def cost(self, pattern: dict[str, int], classes: dict[str, DemandClass],
-             worth: tuple[float, float, float]) -> float:
+             worth: tuple[float, float, float] | None) -> float:
         """The node's price, inflated by risk, per unit of worth it packs (lower is better; 1.0: a node as
-        cheap as the cheapest resource prices and full)."""
+        cheap as the cheapest resource prices and full); ``worth`` None (a spend cap is set: the money is what
+        runs out, and the cap should buy the most units), per unit it packs."""
+        if worth is None:
+            return self.price * self.risk / max(1, sum(pattern.values()))
         pv, pr, pg = worth
         value = 0.0
         for k, c in pattern.items():
@@ -267,7 +271,8 @@ class PoolPack:
 
 
 def pack_round(st: PlanState, ls: Launches, priority: Priority, rnd: bool, pool_order: list[tuple[float, str]],
-               worth: tuple[float, float, float], ends: dict[tuple[bool, str], tuple[int, str, float | None]]) -> None:
+               worth: tuple[float, float, float] | None,
+               ends: dict[tuple[bool, str], tuple[int, str, float | None]]) -> None:
     """One round of launches (replacement capacity, or pending units): batch by batch to the pool whose next node
     costs least for what it packs, until no pool can take more; one launch action per pool that launches."""
     inp, now, index = st.inp, st.now, st.index()

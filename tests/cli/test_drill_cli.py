@@ -68,7 +68,7 @@ def test_drill_guardrails_from_the_cli(cli, clock):
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = (("plan",), ("reconcile",), ("status",))  # what `make demo` runs (Makefile), in this order
 # the README tour's drill: one node of the pool with the most nodes (how many the demo's first pass puts in each
-# pool depends on the time of day; at this clock gp-az1 has 17 of the 24)
+# pool depends on the time of day; at this clock gp-rsv-az2 has 20 of them)
 TOUR = ("exercise-reclaim", "--count", "1", "--yes")
 READY = "2026-03-02 10:01:30Z"  # the demo's first VMs: launched at 10:00:00, 90 s to boot
 
@@ -106,8 +106,8 @@ def test_the_tour_drill_works_right_after_the_demo_and_its_report_reads(cli, clo
     demo(cli)
     r = cli("-o", "json", *TOUR)
     assert r.code == 0, r.stderr
-    assert "drilling pool gp-az1, the one with the most live nodes (no --pool given)" in r.stderr
-    assert f"waiting for pool gp-az1's nodes to boot: 0 of 1 active, 17 booting; expected active at {READY}" \
+    assert "drilling pool gp-rsv-az2, the one with the most live nodes (no --pool given)" in r.stderr
+    assert f"waiting for pool gp-rsv-az2's nodes to boot: 0 of 1 active, 20 booting; expected active at {READY}" \
         in r.stderr
     assert "spotctl: observed:" not in r.stderr  # off a terminal, the passes' own lines only with -v
     rep = r.json["data"]
@@ -119,11 +119,11 @@ def test_the_tour_drill_works_right_after_the_demo_and_its_report_reads(cli, clo
                    for c in v["checks"])
     out = cli("-o", "table", "exercise-reclaim", "report", rep["id"]).stdout
     for v in rep["victims"]:
-        assert v["node"] in out  # whole ids, never `spot-gp-az…`
+        assert v["node"] in out  # whole ids, never `spot-gp-rs…`
     assert "…" not in out and "None" not in out
     assert_golden("drill-report", out)
     # a drill of four named nodes next: the work on its victims gets replacement capacity, scored by its time
-    r = cli("-o", "json", "exercise-reclaim", "--pool", "gp-az1", "--count", "4", "--yes")
+    r = cli("-o", "json", "exercise-reclaim", "--pool", "gp-rsv-az2", "--count", "4", "--yes")
     assert r.code == 0, r.stderr
     rep = r.json["data"]
     assert rep["status"] == "done" and rep["score"] == 100.0 and (rep["passed"], rep["checks"]) == (20, 20)
@@ -139,8 +139,8 @@ def test_without_waiting_the_refusal_says_when_the_nodes_will_be_ready(cli, cloc
     r = cli("-o", "json", *TOUR, "--wait-ready", "0")
     assert r.code == 6
     (err,) = r.json["errors"]
-    assert err["message"].startswith("pool gp-az1 has 0 active nodes without a notice; asked for 1; "
-                                     f"17 more are booting: enough of them are expected active at {READY} (in 90 s")
+    assert err["message"].startswith("pool gp-rsv-az2 has 0 active nodes without a notice; asked for 1; "
+                                     f"20 more are booting: enough of them are expected active at {READY} (in 90 s")
     assert "--wait-ready 120" in err["hint"] and f"`spotctl reconcile` after {READY}" in err["hint"]
     # a wait too short for them refuses at once, the same way; nothing waited, nothing reclaimed
     t0 = time.time()

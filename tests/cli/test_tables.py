@@ -2,7 +2,7 @@
 120-column terminal, and the rules every table keeps (no Python repr in a cell, units in the headers,
 why a node is advised, and one exit-code rule for a contract feed that is down).
 
-The clock is frozen at T0, where the demo region's first pass puts 9 of its 24 gp-rsv-az2 nodes on a
+The clock is frozen at T0, where the demo region's first pass puts some of its gp-rsv-az2 nodes on a
 host that a reservation created a minute later takes 76 minutes on: the next pass advises (cordons) them.
 ``SPOTCTL_UPDATE_GOLDEN=1 pytest tests/cli/test_tables.py`` rewrites the golden files.
 """
@@ -76,11 +76,11 @@ def test_status_golden(cli, clock):
 def test_status_counts_nodes_and_lists_them_only_with_nodes(cli, clock):
     two_passes(cli, clock)
     ids = [n["id"] for n in cli("-o", "json", "status").json["data"]["nodes"]]
-    assert len(ids) == 33
+    assert len(ids) == 34
     summary = table(cli, "status")
     assert not any(i in summary for i in ids)
     # (the reservation on gp-rsv-az2-hv01 is 76 minutes away: its nodes take work until an hour before)
-    assert "nodes: 33 live (active 20, building 13); `spotctl status --nodes` lists them" in summary
+    assert "nodes: 34 live (active 22, building 12); `spotctl status --nodes` lists them" in summary
     listed = table(cli, "status", "--nodes")
     rows = [line for line in listed.splitlines() if line.startswith("│ spot-")]
     assert sorted(r.split("│")[1].strip() for r in rows) == sorted(ids)  # one row each, ids never cut
