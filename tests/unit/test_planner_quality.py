@@ -79,3 +79,22 @@ def test_long_calendar_windows_are_kept_for_the_work_that_needs_them():
 
 def test_duration_bands_double():
     assert [duration_band(s) for s in (0, 899, 900, 1799, 1800, 3600, 7200, 8 * 3600)] == [0, 0, 1, 1, 2, 3, 4, 6]
+
+
+def test_a_pool_just_reclaimed_is_not_the_first_choice_and_a_failed_pool_is_tried_again_after_its_ttl():
+    from dataclasses import replace
+
+    pools = [pool("a", vcpu=8), pool("b", vcpu=8)]
+    units = [job(i, vcpu=8) for i in range(3)]
+    all_hosts = hosts("a", 4) + hosts("b", 4)
+    # "a" is 10 % cheaper, but a node of it was just reclaimed (risk x1.25): "b" goes first
+    inp = plan_input(pools, all_hosts, units, prices={"a": 0.9, "b": 1.0})
+    assert launches(plan(inp)) == [("a", 3, 3)]
+    assert launches(plan(replace(inp, recent_reclaims={"a": 1}))) == [("b", 3, 3)]
+    # "a" failed to launch: skipped until its TTL, the work goes to "b" in the same plan; after the TTL, "a" again
+    failed = plan_input(pools, all_hosts, units, prices={"a": 0.9, "b": 1.0}, failures={"a": NOW + 600})
+    p = plan(failed)
+    assert launches(p) == [("b", 3, 3)] and "a: skipped, launch failed recently" in p.explain
+    later = plan_input(pools, all_hosts, units, prices={"a": 0.9, "b": 1.0}, failures={"a": NOW + 600},
+                       now=NOW + 601)
+    assert launches(plan(later)) == [("a", 3, 3)]
