@@ -1,9 +1,8 @@
 """The MILP reference of the planner-quality benchmark (benchmarks/milp.py): its value bounds spotctl's decision,
-and as a planner it returns a normal plan. Skipped when the bench extra (highspy) is not installed."""
+and as a planner it returns a normal plan. highspy comes with the test extra (and the bench extra)."""
 
 from __future__ import annotations
 
-import pytest
 
 from benchmarks import milp
 from spotctl.core.config import Policy
@@ -11,7 +10,6 @@ from spotctl.core.planner import plan
 
 from ..factories import NOW, hosts, job, plan_input, pool, reservation
 
-highspy = pytest.importorskip("highspy")
 
 
 def _input():
