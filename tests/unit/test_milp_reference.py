@@ -3,7 +3,6 @@ and as a planner it returns a normal plan. highspy comes with the test extra (an
 
 from __future__ import annotations
 
-
 from benchmarks import milp
 from spotctl.core.config import Policy
 from spotctl.core.planner import plan
