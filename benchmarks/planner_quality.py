@@ -296,4 +296,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:
+        print("planner_quality: interrupted (the scenarios so far are printed above; no table)", file=sys.stderr)
         sys.exit(130)
