@@ -116,7 +116,7 @@ def decision(inp: PlanInput) -> Decision:
 
 
 def segments(inp: PlanInput, prices: dict[str, float]) -> list[Segment]:
-    """Each usable pool's new nodes, in segments of one safe window (as the planner's ``pack_pool`` sees them)."""
+    """Each usable pool's new nodes, in segments of one safe window (as the planner's ``next_batch`` sees them)."""
     now, policy = inp.now, inp.policy
     existing = nodes_by_pool(inp)
     out: list[Segment] = []

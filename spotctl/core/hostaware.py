@@ -45,7 +45,7 @@ def not_before(now: float, pool: PoolSpec, policy: Policy, longest_seconds: floa
 
 def launch_choices(inputs: dict[str, Any], now: float, pool: PoolSpec, policy: Policy) -> list[float]:
     """``not_before`` of each packing segment of a launch action (its ``segments``: [nodes, safe_until,
-    longest unit seconds], as :func:`~spotctl.core.plan_demand.pack_pool` records them). The work counted is
+    longest unit seconds], as :func:`~spotctl.core.plan_demand.take_batch` records them). The work counted is
     at least ``default_pod_seconds``: what the landing rule (:func:`landed_at_risk`, through
     ``protect_windows``) expects could land on any new node, so that a node placed by this bound is never
     flagged by that rule in the next pass."""
