@@ -157,8 +157,8 @@ def pack_new(st: PlanState) -> None:
     then count what no node takes, by reason. Within a round, each batch of identical new nodes goes to the pool
     whose next node costs the least for what it packs (:class:`PoolPack`: its price, inflated by risk, over the
     worth of the units a node of it takes now; under a spend cap, over their number), so that RAM-bound work goes
-    to RAM-rich pools and a spend cap buys the most units; pools are asked again as the demand left changes (a lazy greedy: a pool's cost only
-    rises as its demand is taken)."""
+    to RAM-rich pools and a spend cap buys the most units; pools are asked again as the demand left changes (a
+    lazy greedy: a pool's cost only rises as its demand is taken)."""
     inp, prices = st.inp, st.prices
     ls = Launches(spend=sum(prices.get(n.pool, n.price) for n in inp.nodes if n.id not in st.leaving),
                   room=inp.policy.max_launches_per_pass, quota_inst=inp.quota.instances,
@@ -425,8 +425,8 @@ def next_drop(cal: Calendar, now: float) -> tuple[float, int, int] | None:
 
 def fill_room(room: Shape, cands: list[DemandClass], remaining: dict[str, int],
               window: float | None) -> dict[str, int]:
-    """Greedy fill of one node's room: class key -> units (in the plan's order: plan_input.demand_order); work longer than
-    ``window`` (seconds, None: no limit) is left out."""
+    """Greedy fill of one node's room: class key -> units (in the plan's order: plan_input.demand_order); work
+    longer than ``window`` (seconds, None: no limit) is left out."""
     pattern: dict[str, int] = {}
     for d in cands:
         left = remaining[d.key]
