@@ -47,7 +47,7 @@ from spotctl.core.actions import Action, Plan
 from spotctl.core.budget import Priority
 from spotctl.core.models import ActionKind, PoolKind
 from spotctl.core.notices import calendar_advisory_due
-from spotctl.core.plan_demand import fill_existing, nodes_by_pool, pack_new
+from spotctl.core.plan_demand import fill_existing, nodes_by_pool, pack_new, pool_risk
 from spotctl.core.plan_housekeeping import housekeeping, protect_windows
 from spotctl.core.plan_input import REPLACEMENT, DemandClass, PlanInput
 from spotctl.core.plan_state import PlanState
@@ -57,8 +57,8 @@ INF = math.inf
 
 
 def risk(inp: PlanInput, pool: str) -> float:
-    """The planner's risk factor of a pool (:func:`spotctl.core.plan_demand.pool_score`)."""
-    return 1.0 + 0.25 * inp.advisories.get(pool, 0) + 0.25 * inp.recent_reclaims.get(pool, 0)
+    """The planner's risk factor of a pool (:func:`spotctl.core.plan_demand.pool_risk`)."""
+    return pool_risk(inp.advisories.get(pool, 0), inp.recent_reclaims.get(pool, 0))
 
 
 @dataclass

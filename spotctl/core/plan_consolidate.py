@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from .budget import Priority
 from .lifecycle import bound_schedulers
 from .models import ActionKind, NodeState, PoolSpec, Shape
 from .notices import calendar_advisory_due
+from .plan_demand import Launches
 from .plan_input import NodeView
 from .plan_state import PlanState
 from .textfmt import duration_text, shape_text, when_text
@@ -59,71 +59,6 @@ def disruption_allowed(staying: int, pct: float) -> int:
     the ``staying`` nodes, at least one when ``pct`` is above 0."""
     allowed = int(staying * pct / 100)
     return max(1, allowed) if pct > 0 else 0
-
-
-@dataclass
-class _Room:
-    """What the plan may still launch after the demand steps (pool -> nodes launched so far, and the rest)."""
-
-    launched: dict[str, int]
-    ours: Counter[str]  # pool -> our nodes (every one: they count against its limit and its calendar)
-    launches_left: int
-    spend: float
-    quota_inst: int | None
-    quota_vcpu: int | None
-    quota_ram: int | None
-
-    def held(self, st: PlanState, name: str, pool: PoolSpec, price: float) -> str | None:
-        inp, policy = st.inp, st.inp.policy
-        hr = inp.headroom.get(name)
-        free = (hr.free if hr else 0) - self.launched.get(name, 0)
-        ours = self.ours[name] + self.launched.get(name, 0)
-        cap = policy.spend_cap_per_hour
-        if free < 1:
-            return f"no headroom left in {name}"
-        if ours >= pool.max_nodes:
-            return f"pool {name} at its limit of {pool.max_nodes} nodes"
-        if self.launches_left < 1:
-            return f"at most {policy.max_launches_per_pass} launches per pass"
-        if self.quota_inst is not None and self.quota_inst < 1:
-            return "spot project quota (instances) exhausted"
-        if self.quota_vcpu is not None and self.quota_vcpu < pool.shape.vcpu:
-            return "spot project quota (vCPU) exhausted"
-        if self.quota_ram is not None and self.quota_ram < pool.shape.ram_mb:
-            return "spot project quota (RAM) exhausted"
-        if cap is not None and self.spend + price > cap + 1e-9:  # both run until the drain ends
-            return f"spend cap {cap}/h reached"
-        return None
-
-    def take(self, name: str, pool: PoolSpec, price: float) -> None:
-        self.launched[name] = self.launched.get(name, 0) + 1
-        self.launches_left -= 1
-        self.spend += price
-        if self.quota_inst is not None:
-            self.quota_inst -= 1
-        if self.quota_vcpu is not None:
-            self.quota_vcpu -= pool.shape.vcpu
-        if self.quota_ram is not None:
-            self.quota_ram -= pool.shape.ram_mb
-
-
-def _room(st: PlanState) -> _Room:
-    inp = st.inp
-    launched: dict[str, int] = {}
-    spend = sum(st.prices.get(n.pool, n.price) for n in inp.nodes if n.id not in st.leaving)
-    qi, qv, qr = inp.quota.instances, inp.quota.vcpu, inp.quota.ram_mb
-    total = 0
-    for a in st.actions:
-        if a.kind is ActionKind.LAUNCH and a.pool is not None and a.count:
-            launched[a.pool] = launched.get(a.pool, 0) + a.count
-            total += a.count
-            spend += (a.price or 0.0) * a.count
-            shape = inp.pools[a.pool].shape if a.pool in inp.pools else Shape()
-            qi = None if qi is None else qi - a.count
-            qv = None if qv is None else qv - shape.vcpu * a.count
-            qr = None if qr is None else qr - shape.ram_mb * a.count
-    return _Room(launched, Counter(n.pool for n in inp.nodes), inp.policy.max_launches_per_pass - total, spend,
-                 qi, qv, qr)
 
 
 def _pct(src: float, dst: float) -> float:
@@ -158,7 +93,7 @@ def consolidate(st: PlanState) -> None:
                           f"with scale-down) taken this pass: {len(cands)} busy nodes not looked at")
         return
     prev = inp.previous_rate_card
-    room = _room(st)
+    room: Launches = st.launches
     # free room on our other nodes (for retiring a node): nodes that take work, get none from this plan, and of a
     # pool no pending work is left for (room that pending work would take is not room for a retired node's work:
     # the two would race for it, and the loser would launch a node: churn)
@@ -287,7 +222,7 @@ def _node_guard(st: PlanState, n: NodeView) -> str | None:
     return None
 
 
-def _decide(st: PlanState, n: NodeView, threshold: float, prev: tuple[str, dict[str, float]] | None, room: _Room,
+def _decide(st: PlanState, n: NodeView, threshold: float, prev: tuple[str, dict[str, float]] | None, room: Launches,
             free: dict[str, Shape], views: dict[str, NodeView], moved: set[str], left: int,
             targets: list[tuple[float, str]], memo: dict[tuple[Any, ...], Verdict | None]) -> tuple[bool, str]:
     """One candidate: (moved?, why). An empty why: no cheaper place at all (not explained one by one)."""
@@ -348,7 +283,7 @@ def _decide(st: PlanState, n: NodeView, threshold: float, prev: tuple[str, dict[
     st.add(ActionKind.DRAIN, Priority.CONSOLIDATION,
            f"consolidation: move its work to {name}, {_fmt(pct)} cheaper on rate cards "
            f"{info['rate_cards'][0]} and {version}", node=n.id, pool=n.pool, inputs={"consolidation": info})
-    room.take(name, pool, p)
+    room.take_one(name, pool, p)
     memo.clear()  # the room changed: every target is looked at again
     moved.add(n.id)
     return True, f"moved to {name}: saving {_fmt(pct)} (threshold {_fmt(threshold)}) held 2 of 2 ticks"
@@ -360,7 +295,7 @@ Verdict = tuple[tuple[float, str, float] | None, list[str]]
 
 
 def _pick(st: PlanState, src: str, price: float, threshold: float, prev: tuple[str, dict[str, float]] | None,
-          room: _Room, kept: float, targets: list[tuple[float, str]], memo: dict[tuple[Any, ...], Verdict | None],
+          room: Launches, kept: float, targets: list[tuple[float, str]], memo: dict[tuple[Any, ...], Verdict | None],
           ) -> Verdict | None:
     """The cheapest target pool whose own guards hold (saving on both ticks, risk, room, calendar), and why
     the cheaper ones fail; None: no pool is cheaper at all. The same for every node of one pool, work shape
@@ -382,7 +317,7 @@ def _pick(st: PlanState, src: str, price: float, threshold: float, prev: tuple[s
             if held is not None:
                 tried.append(f"move to {name}: saving {_fmt(pct)}, {held}")
                 continue
-            why = _riskier(st, src, name) or room.held(st, name, st.inp.pools[name], p) or _window(st, name, kept, room)
+            why = _riskier(st, src, name) or room.one_more(st, name, st.inp.pools[name], p) or _window(st, name, kept, room)
             if why is not None:  # this target's: another may do
                 tried.append(f"move to {name}: saving {_fmt(pct)}: {why}")
                 continue
@@ -406,13 +341,13 @@ def _held(prev: tuple[str, dict[str, float]] | None, src: str, dst: str, thresho
     return None
 
 
-def _window(st: PlanState, name: str, kept: float, room: _Room) -> str | None:
+def _window(st: PlanState, name: str, kept: float, room: Launches) -> str | None:
     """Why a new node of ``name`` would be kept a shorter time than the node it replaces (None: it would not)."""
     inp, now, policy = st.inp, st.now, st.inp.policy
     cal = inp.calendars.get(name)
     if cal is None:
         return None
-    rank = room.ours[name] + room.launched.get(name, 0) + 1
+    rank = room.rank(name)
     until = cal.safe_until(rank, now)
     safe = math.inf if until >= cal.end else until
     pool = inp.pools[name]

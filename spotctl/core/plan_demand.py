@@ -78,10 +78,14 @@ def fill_existing(st: PlanState) -> None:
             left -= reps
 
 
+def pool_risk(advisories: int, reclaims: int) -> float:
+    """What a pool's price is inflated by for its risk: a quarter per active advisory and per recent reclaim."""
+    return 1.0 + 0.25 * advisories + 0.25 * reclaims
+
+
 def pool_score(pool: PoolSpec, price: float, advisories: int, reclaims: int) -> float:
     """Price per vCPU-hour, inflated by risk (advisories, recent reclaims)."""
-    risk = 1.0 + 0.25 * advisories + 0.25 * reclaims
-    return price / max(pool.shape.vcpu, 1) * risk
+    return price / max(pool.shape.vcpu, 1) * pool_risk(advisories, reclaims)
 
 
 def nodes_by_pool(inp: PlanInput) -> dict[str, int]:
@@ -108,14 +112,15 @@ class Launches:
     block: dict[str, str] = field(default_factory=dict)  # demand class key -> last reason it could not be placed
 
     def held(self, st: PlanState, name: str, pool: PoolSpec, price: float, launched: int, free: int,
-             limit_left: int) -> str | None:
-        """Why one more node of ``pool`` may not be launched (None: it may)."""
+             limit_left: int, tokens: bool = True) -> str | None:
+        """Why one more node of ``pool`` may not be launched (None: it may); ``tokens`` False: the token budget is
+        the caller's to check (in its own priority class)."""
         policy, cap = st.inp.policy, st.inp.policy.spend_cap_per_hour
         if launched >= free:
             return f"no headroom left in {name}"
         if launched >= limit_left:
             return f"pool {name} at its limit of {pool.max_nodes} nodes"
-        if self.budget_out:
+        if tokens and self.budget_out:
             return "token budget exhausted for this pass"
         if self.room <= 0:
             return f"at most {policy.max_launches_per_pass} launches per pass"
@@ -140,6 +145,23 @@ class Launches:
         if cap is not None:
             reps = min(reps, int((cap - self.spend + 1e-9) // price) if price > 0 else reps)
         return reps
+
+    def one_more(self, st: PlanState, name: str, pool: PoolSpec, price: float) -> str | None:
+        """Why one node of ``pool`` more than this plan launches already may not be launched (None: it may); the
+        token budget is left to the caller (consolidation, in its own class)."""
+        hr = st.inp.headroom.get(name)
+        planned = self.planned.get(name, 0)
+        return self.held(st, name, pool, price, 0, (hr.free if hr else 0) - planned,
+                         pool.max_nodes - self.existing.get(name, 0) - planned, tokens=False)
+
+    def take_one(self, name: str, pool: PoolSpec, price: float) -> None:
+        """One node of ``pool`` more is launched by this plan."""
+        self.take(1, pool, price)
+        self.planned[name] = self.planned.get(name, 0) + 1
+
+    def rank(self, name: str) -> int:
+        """The number in its pool of the next node launched there (ours, those planned, and it)."""
+        return self.existing.get(name, 0) + self.planned.get(name, 0) + 1
 
     def take(self, reps: int, pool: PoolSpec, price: float) -> None:
         self.room -= reps
@@ -181,6 +203,7 @@ def pack_new(st: PlanState) -> None:
     ends: dict[tuple[bool, str], tuple[int, str, float | None]] = {}  # (round, pool) -> (order, reason, window)
     for rnd, priority in ((True, Priority.REPLACEMENT), (False, Priority.LAUNCH)):
         pack_round(st, ls, priority, rnd, pool_order, worth, ends)
+    st.launches = ls  # what the plan may still launch: consolidation's moves take from it
     last: dict[int, list[tuple[int, str, float | None]]] = {}  # pool set -> its pools' ends, last first
     remaining, set_of_pos, unplaced, explain = st.remaining, index.set_of_pos, st.unplaced, st.explain
     told = 0  # classes left unplaced explained one by one (the first EXPLAIN_UNPLACED, in the plan's order)
@@ -291,7 +314,7 @@ def pack_round(st: PlanState, ls: Launches, priority: Priority, rnd: bool, pool_
         existing = ls.existing.get(name, 0) + ls.planned.get(name, 0)
         pk = packs[name] = PoolPack(
             name=name, pool=pool, price=st.prices[name], score=score,
-            risk=1.0 + 0.25 * inp.advisories.get(name, 0) + 0.25 * inp.recent_reclaims.get(name, 0),
+            risk=pool_risk(inp.advisories.get(name, 0), inp.recent_reclaims.get(name, 0)),
             free=(hr.free if hr else 0) - ls.planned.get(name, 0), existing=existing,
             limit_left=max(0, pool.max_nodes - existing), lids=index.of_pool_round.get((rnd, name), []))
         heap.append((0.0, turn, name))  # every pool is asked once, in score order, before any batch is taken

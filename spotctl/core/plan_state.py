@@ -44,6 +44,7 @@ class PlanState:
     # pack new nodes ->
     unplaced: dict[str, int] = field(default_factory=dict)  # reason -> units that no node takes
     demand_index: DemandIndex | None = None  # the demand by pool set, made once the demand is complete
+    launches: Any = None  # plan_demand.Launches: what the plan may still launch, once pack_new has run
 
     def index(self) -> DemandIndex:
         """The demand by pool set (:class:`DemandIndex`), made on first use after housekeeping."""
