@@ -25,7 +25,7 @@ class ClassList:
     RAM, GPUs and duration over blocks of 16, 256 and 4096 classes skip the blocks that cannot fit. A class
     whose units are all placed is never found again, nor one of an empty shape (it takes no room)."""
 
-    __slots__ = ("alive", "classes", "dims", "flat", "hints", "live", "mins", "order")
+    __slots__ = ("alive", "classes", "dims", "flat", "floor", "hints", "live", "mins", "order")
 
     def __init__(self, classes: list[DemandClass], order: list[int], remaining: dict[str, int],
                  dims: list[list[float]] | None = None, alive: list[bool] | None = None) -> None:
@@ -51,6 +51,8 @@ class ClassList:
         m2 = [_block_mins(a, _B2 // _B1) for a in m1]
         self.mins = [m1, m2, [_block_mins(a, _B3 // _B2) for a in m2]]
         self.flat = (*m1, *m2, *self.mins[2])  # the same lists, for first_fit to unpack at once
+        #: the least vCPU, RAM, GPUs and duration of any class with units left: a room below it fits none
+        self.floor = [min(a, default=INF) for a in self.mins[2]]
         self.hints: dict[tuple[int, int, int, float], int] = {}  # room -> no class before it fits it
 
     def first_fit(self, i: int, v: int, r: int, g: int, w: float) -> int:
@@ -93,7 +95,7 @@ class ClassList:
             return
         (m1, m2, m3), b = self.mins, j // _B1
         b2, b3 = b // (_B2 // _B1), j // _B3
-        for a, l1, l2, l3 in zip(dims, m1, m2, m3):
+        for d, (a, l1, l2, l3) in enumerate(zip(dims, m1, m2, m3)):
             x = a[j]
             a[j] = INF
             if x > l1[b]:
@@ -104,7 +106,9 @@ class ClassList:
             l2[b2] = y = min(l1[b2 * (_B2 // _B1):(b2 + 1) * (_B2 // _B1)])
             if y == x or x > l3[b3]:
                 continue
-            l3[b3] = min(l2[b3 * (_B3 // _B2):(b3 + 1) * (_B3 // _B2)])
+            l3[b3] = y = min(l2[b3 * (_B3 // _B2):(b3 + 1) * (_B3 // _B2)])
+            if y != x:
+                self.floor[d] = min(l3)
 
 
 def _block_mins(a: list[float], size: int) -> list[float]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any, NamedTuple
 
 from .budget import Priority
@@ -46,21 +47,30 @@ def fill_existing(st: PlanState) -> None:
     """Free room on our own nodes that will take work, used before any launch. Nodes of one pool with
     the same room and run-time window are filled alike, so that a large fleet costs one fill each."""
     inp, now, remaining = st.inp, st.now, st.remaining
-    groups: dict[tuple[str, Shape, float | None], list[str]] = {}
+    pools, reclaims, leaving, at_risk, policy = inp.pools, inp.host_reclaims, st.leaving, st.at_risk, inp.policy
+    groups: dict[tuple[str, int, int, int, float], list[str]] = {}  # (pool, room, window: INF none) -> nodes
     for n in inp.nodes:
-        if n.id in st.leaving or n.id in st.at_risk or n.cordoned or n.state not in TAKES_WORK:
+        if n.cordoned or n.state not in TAKES_WORK or n.id in leaving or n.id in at_risk:
             continue  # at risk: landed on a soon-reserved host, its work is re-planned (hostaware)
-        room = (inp.pools[n.pool].shape - n.used).clamp() if n.pool in inp.pools else Shape()
-        # a node whose host a reservation takes serves only work that ends in time (the same window
-        # its schedulers are told: node_protection)
-        until, _ = node_protection(inp.host_reclaims.get(n.host) if n.host else None, now, inp.policy, 0)
-        window = None if until is None else until - now
-        if window is not None and window <= 0:
-            continue
-        groups.setdefault((n.pool, room, window), []).append(n.id)
+        pool = pools.get(n.pool)
+        if pool is None:
+            v = r = g = 0
+        else:
+            s, u = pool.shape, n.used
+            v, r, g = max(0, s.vcpu - u.vcpu), max(0, s.ram_mb - u.ram_mb), max(0, s.gpus - u.gpus)
+        window = INF
+        if n.host and n.host in reclaims:
+            # a node whose host a reservation takes serves only work that ends in time (the same window
+            # its schedulers are told: node_protection)
+            until, _ = node_protection(reclaims[n.host], now, policy, 0)
+            if until is not None:
+                window = until - now
+                if window <= 0:
+                    continue
+        groups.setdefault((n.pool, v, r, g, window), []).append(n.id)
     index = st.index()
-    for (pool_name, room, window), ids in sorted(groups.items(), key=lambda kv: (
-            kv[0][0], kv[0][1], float("inf") if kv[0][2] is None else kv[0][2])):
+    for (pool_name, v, r, g, w), ids in sorted(groups.items()):  # (keys are distinct: lists never compared)
+        room, window = Shape(v, r, g), None if w == INF else w
         lids = index.of_pool.get(pool_name, [])
         left = len(ids)
         idx = 0
@@ -207,10 +217,10 @@ def pack_new(st: PlanState) -> None:
     last: dict[int, list[tuple[int, str, float | None]]] = {}  # pool set -> its pools' ends, last first
     remaining, set_of_pos, unplaced, explain = st.remaining, index.set_of_pos, st.unplaced, st.explain
     told = 0  # classes left unplaced explained one by one (the first EXPLAIN_UNPLACED, in the plan's order)
-    for pos, d in enumerate(st.demand):
-        left = remaining[d.key]
-        if left <= 0:
-            continue
+    demand = st.demand
+    lefts = [remaining[d.key] for d in demand]
+    for pos in compress(range(len(demand)), lefts):  # (the classes with units left: most are placed)
+        d, left = demand[pos], lefts[pos]
         if d.pools:
             sid = set_of_pos[pos]
             ends_of = last.get(sid)

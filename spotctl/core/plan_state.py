@@ -88,7 +88,12 @@ class PlanState:
         self.demand_index = None
 
 
-_ROW = attrgetter("scheduler", "key", "shape.vcpu", "shape.ram_mb", "shape.gpus", "expected_seconds")
+def _columns(demand: list[DemandClass]) -> list[list[Any]]:
+    """Each class's scheduler, key, vCPU, RAM, GPUs and duration, as six lists. (Comprehensions: CPython's
+    specialised attribute loads make them faster than ``attrgetter``, which takes the generic path.)"""
+    shapes = [d.shape for d in demand]
+    return [[d.scheduler for d in demand], [d.key for d in demand], [s.vcpu for s in shapes],
+            [s.ram_mb for s in shapes], [s.gpus for s in shapes], [d.expected_seconds for d in demand]]
 
 
 def _picker(at: list[int]) -> Callable[[list[Any]], list[Any]]:
@@ -116,7 +121,7 @@ class DemandIndex:
         self.replacement: list[bool] = [False] * nb
         self.set_of_pos: list[int] = list(of_class)  # per class (in the plan's order): its set
         # each class's fields, read in one pass (C) over the classes: for the sets and for every list
-        scheds, keys, *dims = [list(a) for a in zip(*map(_ROW, demand))] if demand else [[] for _ in range(6)]
+        scheds, keys, *dims = _columns(demand)
         extra: dict[int, int] = {}
         for pos in compress(range(len(demand)), map(eq, scheds, repeat(REPLACEMENT))):
             i = of_class[pos]
@@ -231,37 +236,44 @@ class DemandIndex:
         lists ``lids``, in the plan's order: the lists merged, each asked only for its first class that fits."""
         v, r, g = room.vcpu, room.ram_mb, room.gpus
         w = INF if window is None else window
-        heap: list[tuple[int, int, int]] = []
-        lists = self.lists
+        heap: list[tuple[int, int, int, ClassList]] = []  # (the class's place in the plan's order, list, j, list)
+        lists, first = self.lists, self._first
         for li in lids:
             cl = lists[li] or self._make(li)
-            if cl.live <= 0:
+            fv, fr, fg, fe = cl.floor  # (nothing left there fits: not asked)
+            if cl.live <= 0 or fv > v or fr > r or fg > g or fe > w:
                 continue
-            j = self._first(pool, li, cl, 0, v, r, g, w, remaining)
+            j = first(pool, li, cl, 0, v, r, g, w, remaining)
             if j < len(cl.classes):
-                heap.append((cl.order[j], li, j))
-        heapq.heapify(heap)
+                heap.append((cl.order[j], li, j, cl))  # (orders are distinct: the tuples never compare further)
         pattern: dict[str, int] = {}
+        if not heap:
+            return pattern
+        heapq.heapify(heap)
+        loc = self.loc
         while heap:
-            _, li, j = heap[0]
-            cl = lists[li] or self._make(li)  # (made above)
+            _, li, j, cl = heap[0]
             dv, dr, dg, de = cl.dims
-            if dv[j] <= v and dr[j] <= r and dg[j] <= g and de[j] <= w:
-                d = cl.classes[j]
-                s = d.shape
-                k = remaining[d.key]  # as many as fit (Shape.count_in: the room is never negative here)
-                if s.vcpu:
-                    k = min(k, v // s.vcpu)
-                if s.ram_mb:
-                    k = min(k, r // s.ram_mb)
-                if s.gpus:
-                    k = min(k, g // s.gpus)
-                pattern[d.key] = k
-                self.loc[d.key] = li, j
-                v, r, g = v - s.vcpu * k, r - s.ram_mb * k, g - s.gpus * k
-            j = self._first(pool, li, cl, j + 1, v, r, g, w, remaining)  # (the room shrank since it was found)
+            sv, sr, sg = dv[j], dr[j], dg[j]  # the class's shape (it has units left: never INF here)
+            if sv <= v and sr <= r and sg <= g and de[j] <= w:
+                key = cl.classes[j].key
+                k = remaining[key]  # as many as fit (Shape.count_in: the room is never negative here)
+                if sv:
+                    k = min(k, v // sv)
+                if sr:
+                    k = min(k, r // sr)
+                if sg:
+                    k = min(k, g // sg)
+                pattern[key] = k
+                loc[key] = li, j
+                v, r, g = v - sv * k, r - sr * k, g - sg * k
+            fv, fr, fg, fe = cl.floor
+            if fv > v or fr > r or fg > g or fe > w:  # the room is below all that is left in the list
+                heapq.heappop(heap)
+                continue
+            j = first(pool, li, cl, j + 1, v, r, g, w, remaining)  # (the room shrank since it was found)
             if j < len(cl.classes):
-                heapq.heapreplace(heap, (cl.order[j], li, j))
+                heapq.heapreplace(heap, (cl.order[j], li, j, cl))
             else:
                 heapq.heappop(heap)
         return pattern
@@ -270,27 +282,33 @@ class DemandIndex:
                remaining: dict[str, int]) -> int:
         """The first class of list ``li`` (``cl``) from ``i`` on that ``pool`` serves, fits and has units left.
         A hint per room (the first class that fits it) skips what was found not to fit before: rooms only
-        shrink and classes only empty."""
-        n = len(cl.classes)
+        shrink and classes only empty. The class at the start is tried before the blocks are searched (the
+        next class in the plan's order is often of a shape close to the last one's)."""
+        classes = cl.classes
+        n = len(classes)
+        hints = cl.hints
         hint_key = (v, r, g, w)
-        hint = cl.hints.get(hint_key, 0)
+        hint = hints.get(hint_key, 0)
         if i > hint:
             j, first = i, False
         else:
             j, first = hint, True
+        dv, dr, dg, de = cl.dims
+        sets, sid_of = self.sets, self.sid_of[li]
         while True:
-            j = cl.first_fit(j, v, r, g, w)
-            if j >= n:
-                break
-            if remaining.get(cl.classes[j].key, 0) <= 0:  # emptied outside the index
+            if j >= n or not (dv[j] <= v and dr[j] <= r and dg[j] <= g and de[j] <= w):
+                j = cl.first_fit(j, v, r, g, w)
+                if j >= n:
+                    break
+            if remaining.get(classes[j].key, 0) <= 0:  # emptied outside the index
                 self._kill(li, j)
                 continue
             if first:
-                cl.hints[hint_key] = j
+                hints[hint_key] = j
                 first = False
-            if pool in self.sets[self.sid_of[li][j]]:
+            if pool in sets[sid_of[j]]:
                 return j
             j += 1
         if first:
-            cl.hints[hint_key] = n
+            hints[hint_key] = n
         return n

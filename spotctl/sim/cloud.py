@@ -177,7 +177,8 @@ class Fleet:
         self.live = {p: 0 for p in self.w.pools}  # instances not deleted, per pool
         self.used = [0, 0, 0]  # quota usage: instances, vcpu, ram_mb
         #: per pool, where the last first fit placed a node: (now, shape, guard, version after it, host index)
-        self._fit_from: dict[str, tuple[float, Shape, float, int, int]] = {}
+        # (pool, a choice's not_before) -> the last first fit: (now, shape, guard, version, host index)
+        self._fit_from: dict[tuple[str, float | None], tuple[float, Shape, float, int, int]] = {}
 
     # --- capacity ------------------------------------------------------------
 
@@ -295,10 +296,11 @@ class Fleet:
         iid = uuid_from(keyed(w.seed, "instance", self.counter))
         inst = SimInstance(iid, name, spec.name, host.name, action_id, shape, now, now + spec.boot_seconds)
         self._attach(inst)
-        # the hosts before this one did not fit at this time; until something else changes the fleet
-        # (``version``), the next first fit of the same shape starts here (attaching only fills hosts)
-        if choice is None:
-            self._fit_from[spec.name] = (now, spec.shape, self.w.knobs.reservation_guard_seconds, self.version, at)
+        # the hosts before this one did not fit at this time (or were not acceptable to the choice); until
+        # something else changes the fleet (``version``), the next first fit of the same shape and choice
+        # starts here (attaching only fills hosts)
+        self._fit_from[(spec.name, None if choice is None else choice.not_before)] = (
+            now, spec.shape, self.w.knobs.reservation_guard_seconds, self.version, at)
         w.stats["launched"] += 1
         w.push(inst.active_at, "active", iid)
         w.provider.instance_created(inst)
@@ -308,13 +310,14 @@ class Fleet:
         """The first host of the pool (in name order) with room for one node, and its index. Hosts a
         first fit of the same shape at the same time passed over are not asked again while the fleet is
         as that fit left it (plus the instance it placed): they can only have less room since. With a
-        ``choice`` (the plan's host-aware placement), only hosts no lease takes before ``not_before``."""
+        ``choice`` (the plan's host-aware placement), only hosts no lease takes before ``not_before`` (and
+        the hosts passed over are remembered per ``not_before``)."""
         s = spec.shape
         guard = self.w.knobs.reservation_guard_seconds
         hosts = self.hosts_by_pool.get(spec.name, [])
         start = 0
-        last = self._fit_from.get(spec.name)
-        if last is not None and last[:4] == (now, s, guard, self.version) and choice is None:
+        last = self._fit_from.get((spec.name, None if choice is None else choice.not_before))
+        if last is not None and last[:4] == (now, s, guard, self.version):
             start = last[4]
         for i in range(start, len(hosts)):
             h = hosts[i]
