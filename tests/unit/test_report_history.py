@@ -52,6 +52,20 @@ def test_a_wait_ends_when_a_pass_of_its_scheduler_no_longer_sees_it(tmp_path):
         s.close()
 
 
+def test_ending_waits_looks_them_up_by_unit_not_by_every_open_wait(tmp_path):
+    """Ending the waits of the units a pass no longer sees finds each by its key: a pass that ends 10k of 200k
+    open waits must not walk all 200k for each chunk of 500 (SQLite would take the ``gone_at`` index for
+    ``gone_at IS NULL``)."""
+    s = Store.open(tmp_path / "r.db", "r")
+    try:
+        n = history.END_WAITS_CHUNK  # (with a chunk this long, SQLite takes the gone_at index unless kept from it)
+        plan = " ".join(r[-1] for r in s.conn.execute("EXPLAIN QUERY PLAN " + history.END_WAITS.format(",".join("?" * n)),
+                                                       (1.0, *[f"u{i}" for i in range(n)])))
+        assert "(unit=?)" in plan and "waits_gone" not in plan, plan
+    finally:
+        s.close()
+
+
 def test_a_price_row_edited_by_hand_is_named(tmp_path):
     import pytest
 
