@@ -127,12 +127,10 @@ def record_waits(store: StoreBase, units: Iterable[WorkUnit], schedulers: Collec
         open_ids = {r[0] for r in c.execute(
             f"SELECT unit FROM waits INDEXED BY waits_open WHERE gone_at IS NULL AND scheduler IN "
             f"({','.join('?' * len(names))})", names)}
-    seen: set[str] = set()
-    new = []
-    for u in units:
-        seen.add(u.id)
-        if u.id not in open_ids and math.isfinite(u.submitted_at) and 0 < u.submitted_at <= at:
-            new.append((u.id, str(u.scheduler), float(u.submitted_at), at))
+    units = units if isinstance(units, list) else list(units)
+    seen = {u.id for u in units}
+    new = [(u.id, str(u.scheduler), float(u.submitted_at), at) for u in units
+           if u.id not in open_ids and math.isfinite(u.submitted_at) and 0 < u.submitted_at <= at]
     ended = sorted(open_ids - seen)
     if not (new or ended):
         return
