@@ -70,12 +70,12 @@ def fill_existing(st: PlanState) -> None:
         groups.setdefault((n.pool, v, r, g, window), []).append(n.id)
     index = st.index()
     for (pool_name, v, r, g, w), ids in sorted(groups.items()):  # (keys are distinct: lists never compared)
-        room, window = Shape(v, r, g), None if w == INF else w
+        room, until = Shape(v, r, g), None if w == INF else w
         lids = index.of_pool.get(pool_name, [])
         left = len(ids)
         idx = 0
         while left > 0:
-            pattern = index.fill(pool_name, lids, room, remaining, window)
+            pattern = index.fill(pool_name, lids, room, remaining, until)
             if not pattern:
                 break
             reps = min([left] + [remaining[k] // c for k, c in pattern.items()])

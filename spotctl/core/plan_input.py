@@ -442,12 +442,12 @@ def _unit_classes(units: list[WorkUnit]) -> dict[tuple[Any, ...], tuple[WorkUnit
     raw: dict[tuple[Any, ...], list[Any]] = {}
     for w in units:  # (attribute loads in the loop: CPython specialises them, faster than an attrgetter)
         s = w.shape
-        key = (w.scheduler, s.vcpu, s.ram_mb, s.gpus, w.priority, w.expected_seconds, w.partition, w.features,
-               w.node_selector, w.tolerations)
-        if (entry := raw.get(key)) is not None:
+        k = (w.scheduler, s.vcpu, s.ram_mb, s.gpus, w.priority, w.expected_seconds, w.partition, w.features,
+             w.node_selector, w.tolerations)
+        if (entry := raw.get(k)) is not None:
             entry.append(w.id)
         else:
-            raw[key] = [w, w.id]
+            raw[k] = [w, w.id]
     classes: dict[tuple[Any, ...], tuple[WorkUnit, list[str]]] = {}
     for entry in raw.values():  # keys equal once the scheduler is a str (an enum and its value) are one class
         w = entry[0]

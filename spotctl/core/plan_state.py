@@ -254,9 +254,10 @@ class DemandIndex:
         while heap:
             _, li, j, cl = heap[0]
             dv, dr, dg, de = cl.dims
-            sv, sr, sg = dv[j], dr[j], dg[j]  # the class's shape (it has units left: never INF here)
-            if sv <= v and sr <= r and sg <= g and de[j] <= w:
-                key = cl.classes[j].key
+            if dv[j] <= v and dr[j] <= r and dg[j] <= g and de[j] <= w:
+                d = cl.classes[j]
+                key, s = d.key, d.shape
+                sv, sr, sg = s.vcpu, s.ram_mb, s.gpus
                 k = remaining[key]  # as many as fit (Shape.count_in: the room is never negative here)
                 if sv:
                     k = min(k, v // sv)
