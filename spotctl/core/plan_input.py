@@ -433,7 +433,6 @@ def demand_order(d: DemandClass) -> tuple[Any, ...]:
             d.expected_seconds, d.key)
 
 
-
 def _unit_classes(units: list[WorkUnit]) -> dict[tuple[Any, ...], tuple[WorkUnit, list[str]]]:
     """Pending units by demand class, in order of first appearance: key (``str`` scheduler, shape, priority,
     duration, partition, features, selector, tolerations) -> (the class's first unit, every unit id). Each unit

@@ -120,7 +120,7 @@ class DemandIndex:
         self.sets: list[frozenset[str]] = [frozenset(t) for t in base_sets]
         self.replacement: list[bool] = [False] * nb
         self.set_of_pos: list[int] = list(of_class)  # per class (in the plan's order): its set
-        # each class's fields, read in one pass (C) over the classes: for the sets and for every list
+        # each class's fields, read once: for the sets and for every list
         scheds, keys, *dims = _columns(demand)
         extra: dict[int, int] = {}
         for pos in compress(range(len(demand)), map(eq, scheds, repeat(REPLACEMENT))):

@@ -176,8 +176,8 @@ class Fleet:
         self._hv: dict[str, list[HostCapacity]] = {}
         self.live = {p: 0 for p in self.w.pools}  # instances not deleted, per pool
         self.used = [0, 0, 0]  # quota usage: instances, vcpu, ram_mb
-        #: per pool, where the last first fit placed a node: (now, shape, guard, version after it, host index)
-        # (pool, a choice's not_before) -> the last first fit: (now, shape, guard, version, host index)
+        #: per pool and host choice (its ``not_before``, None: none), where the last first fit placed a node:
+        #: (now, shape, guard, version after it, host index)
         self._fit_from: dict[tuple[str, float | None], tuple[float, Shape, float, int, int]] = {}
 
     # --- capacity ------------------------------------------------------------
@@ -299,7 +299,7 @@ class Fleet:
         # the hosts before this one did not fit at this time (or were not acceptable to the choice); until
         # something else changes the fleet (``version``), the next first fit of the same shape and choice
         # starts here (attaching only fills hosts)
-        self._fit_from[(spec.name, None if choice is None else choice.not_before)] = (
+        self._fit_from[_fit_key(spec, choice)] = (
             now, spec.shape, self.w.knobs.reservation_guard_seconds, self.version, at)
         w.stats["launched"] += 1
         w.push(inst.active_at, "active", iid)
@@ -316,7 +316,7 @@ class Fleet:
         guard = self.w.knobs.reservation_guard_seconds
         hosts = self.hosts_by_pool.get(spec.name, [])
         start = 0
-        last = self._fit_from.get((spec.name, None if choice is None else choice.not_before))
+        last = self._fit_from.get(_fit_key(spec, choice))
         if last is not None and last[:4] == (now, s, guard, self.version):
             start = last[4]
         for i in range(start, len(hosts)):
@@ -568,3 +568,8 @@ class SimCloud:
 
     def released(self, instance_id: str) -> bool:
         return self._w.fleet.released(instance_id)
+
+
+def _fit_key(spec: PoolSpec, choice: HostChoice | None) -> tuple[str, float | None]:
+    """Which remembered first fit a launch may start from: its pool's, for the same host choice."""
+    return spec.name, None if choice is None else choice.not_before
