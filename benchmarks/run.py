@@ -158,6 +158,27 @@ def bench_plan_demo(n: int) -> list[dict]:
              "target": "<= 0.5", "pass": wall <= 0.5, "detail": f"median of {n}; " + detail}]
 
 
+def machine() -> dict:
+    """What the absolute figures were measured on: the processor, its cores, and a yardstick (the CPU time of a
+    pure-Python loop of 10M additions, the best of 3) to compare one machine's figures with another's. The
+    targets are never scaled by it."""
+    model = "unknown"
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                model = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    best = float("inf")
+    for _ in range(3):
+        t, total = time.process_time(), 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.process_time() - t)
+    return {"cpu": model, "cores": os.cpu_count(), "python": sys.version.split()[0], "loop_10m_s": round(best, 3)}
+
+
 def _module(name: str):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import importlib
@@ -194,7 +215,7 @@ SECTIONS: dict[str, tuple[str, object]] = {
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes (for development)")
-    ap.add_argument("--json", action="store_true", help="print one JSON document: section -> rows")
+    ap.add_argument("--json", action="store_true", help="print one JSON document: section -> rows, and \"machine\": what they were measured on")
     ap.add_argument("--only", metavar="SECTION[,SECTION]", help=f"run only these sections: {', '.join(SECTIONS)}")
     args = ap.parse_args()
     chosen = list(SECTIONS) if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
@@ -205,6 +226,11 @@ def main() -> int:
     import _rows
 
     results: dict[str, list[dict]] = {}
+    box = machine()
+    if not args.json:
+        print(f"machine: {box['cpu']}, {box['cores']} cores, Python {box['python']}; a pure-Python loop of 10M "
+              f"additions takes {box['loop_10m_s']} s CPU (a yardstick for comparing absolute figures across "
+              f"machines; targets are not scaled by it)")
     for i, name in enumerate(chosen, 1):
         what, run = SECTIONS[name]
         print(f"[{i}/{len(chosen)}] {name}: {what} ...", file=sys.stderr, flush=True)
@@ -217,7 +243,7 @@ def main() -> int:
     rows = [r for section in results.values() for r in section]
     failed = [r["name"] for r in rows if not r["pass"]]
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({"machine": box, **results}, indent=2))
     else:
         print(f"\n{len(rows) - len(failed)} of {len(rows)} targets PASS" + (
             "; FAIL: " + "; ".join(failed) if failed else ""))

@@ -5,6 +5,12 @@ no spaces, ASCII). Its large parts, the demand and the nodes, are written here w
 every class's pools again and again: each distinct pool set (:func:`pool_sets`) is encoded once, and each
 class from a template (:func:`demand_json`) that writes what the JSON encoder writes. A pool's recorded form
 (:func:`pool_to_dict`, :func:`pool_from_dict`) is here too.
+
+From version 3 on, the nodes and the demand are recorded as columns (:func:`node_columns`,
+:func:`demand_columns`): one list per field, which the JSON encoder writes in C, where the per-item forms of
+versions 1 and 2 cost a dict (or a template) per node and class. At 20k nodes the recorded input is about a
+third of version 2's size, and naming it takes a quarter of the time. :func:`node_rows` and
+:func:`demand_rows` read the columns back as the per-item forms, for ``PlanInput.from_dict``.
 """
 
 from __future__ import annotations
@@ -23,8 +29,19 @@ MARKS = ("\x00spotctl:demand\x00", "\x00spotctl:nodes\x00")  # where the two lar
 #: the canonical JSON of the input with each class's pools. Version 2 (every new input): SHA-256 of the
 #: canonical JSON of the recorded form (``to_dict``: each distinct pool set once), the very text the store
 #: records, so that naming and recording the input encode it once.
-DIGEST_VERSION = 2  # of new inputs
-DIGEST_VERSIONS = (1, 2)  # that a recorded input may carry
+#: Version 3 (every new input): the same with the nodes and the demand as columns (:func:`node_columns`,
+#: :func:`demand_columns`).
+DIGEST_VERSION = 3  # of new inputs
+DIGEST_VERSIONS = (1, 2, 3)  # that a recorded input may carry
+#: A node's fields as version 3 records them, one column each (``used`` as three); the last two only when some
+#: node has a value (as versions 1 and 2 record them only when known, so that an input without keeps its name)
+NODE_COLUMNS = ("id", "pool", "state", "used_vcpu", "used_ram_mb", "used_gpus", "host", "running", "cordoned",
+                "idle_since", "notice", "price", "drain_started", "protected_until", "protect_closed",
+                "cordoned_by_us", "known")
+NODE_OPTIONAL = ("launched_at", "work_started_at")
+#: A demand class's fields as version 3 records them (``shape`` as three, ``pools`` as the index of its pool set)
+DEMAND_COLUMNS = ("key", "scheduler", "vcpu", "ram_mb", "gpus", "priority", "expected_seconds", "count",
+                  "pool_set", "examples")
 
 
 def pool_sets(demand: Any, prefix: tuple[list[tuple[str, ...]], list[int]] | None = None,
@@ -71,6 +88,79 @@ def demand_json(demand: Any, sets: list[tuple[str, ...]], of_class: list[int], *
                 c["pool_set"] = i
             parts.append(SORTED_JSON.encode(c))
     return "[" + ",".join(parts) + "]"
+
+
+def node_columns(nodes: Any) -> dict[str, list[Any]]:
+    """The nodes (``NodeView``) as version 3 records them: a list per field (:data:`NODE_COLUMNS`, and each of
+    :data:`NODE_OPTIONAL` that some node has). (Comprehensions: CPython's specialised attribute loads.)"""
+    used = [n.used for n in nodes]
+    cols: dict[str, list[Any]] = {
+        "id": [n.id for n in nodes], "pool": [n.pool for n in nodes], "state": [n.state.value for n in nodes],
+        "used_vcpu": [u.vcpu for u in used], "used_ram_mb": [u.ram_mb for u in used],
+        "used_gpus": [u.gpus for u in used], "host": [n.host for n in nodes], "running": [n.running for n in nodes],
+        "cordoned": [n.cordoned for n in nodes], "idle_since": [n.idle_since for n in nodes],
+        "notice": [None if n.notice is None else notice_dict(n.notice) for n in nodes],
+        "price": [n.price for n in nodes], "drain_started": [n.drain_started for n in nodes],
+        "protected_until": [n.protected_until for n in nodes], "protect_closed": [n.protect_closed for n in nodes],
+        "cordoned_by_us": [n.cordoned_by_us for n in nodes], "known": [n.known for n in nodes],
+    }
+    for name in NODE_OPTIONAL:
+        col = [getattr(n, name) for n in nodes]
+        if any(v is not None for v in col):
+            cols[name] = col
+    return cols
+
+
+def notice_dict(n: Any) -> dict[str, Any]:
+    """A node's notice as recorded (every version)."""
+    return {"id": n.id, "instance_id": n.instance_id, "kind": str(n.kind), "issued_at": n.issued_at,
+            "deadline": n.deadline, "reason": n.reason, "pool": n.pool}
+
+
+def demand_columns(demand: Any, of_class: list[int]) -> dict[str, list[Any]]:
+    """The demand classes as version 3 records them: a list per field (:data:`DEMAND_COLUMNS`), each class's
+    pools as the index of its pool set (``of_class``, :func:`pool_sets`)."""
+    shapes = [d.shape for d in demand]
+    return {"key": [d.key for d in demand], "scheduler": [d.scheduler for d in demand],
+            "vcpu": [s.vcpu for s in shapes], "ram_mb": [s.ram_mb for s in shapes], "gpus": [s.gpus for s in shapes],
+            "priority": [d.priority for d in demand], "expected_seconds": [d.expected_seconds for d in demand],
+            "count": [d.count for d in demand], "pool_set": list(of_class),
+            "examples": [list(d.examples) for d in demand]}
+
+
+def _rows(cols: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Columns (a dict of equal-length lists, ``required`` all there) as one dict per item; ValueError when
+    they are not (a record damaged or of another program)."""
+    if not isinstance(cols, dict):
+        raise ValueError(f"columns must be an object, not {type(cols).__name__}")
+    missing = [k for k in required if k not in cols]
+    if missing:
+        raise ValueError(f"columns {missing} missing")
+    names = [*required, *(k for k in optional if k in cols)]
+    if any(not isinstance(cols[k], list) for k in names):
+        raise ValueError("every column must be a list")
+    sizes = {len(cols[k]) for k in names}
+    if len(sizes) > 1:
+        raise ValueError(f"columns of different lengths {sorted(sizes)}")
+    return [dict(zip(names, values)) for values in zip(*(cols[k] for k in names))]
+
+
+def node_rows(cols: Any) -> list[dict[str, Any]]:
+    """Version 3's node columns read back as the per-node form of versions 1 and 2 (``used`` a shape dict)."""
+    out = []
+    for r in _rows(cols, NODE_COLUMNS, NODE_OPTIONAL):
+        r["used"] = {"vcpu": r.pop("used_vcpu"), "ram_mb": r.pop("used_ram_mb"), "gpus": r.pop("used_gpus")}
+        out.append(r)
+    return out
+
+
+def demand_rows(cols: Any) -> list[dict[str, Any]]:
+    """Version 3's demand columns read back as the per-class form of version 2 (``shape`` a dict, ``pool_set``)."""
+    out = []
+    for r in _rows(cols, DEMAND_COLUMNS):
+        r["shape"] = {"vcpu": r.pop("vcpu"), "ram_mb": r.pop("ram_mb"), "gpus": r.pop("gpus")}
+        out.append(r)
+    return out
 
 
 def pool_to_dict(p: PoolSpec) -> dict[str, Any]:

@@ -36,7 +36,12 @@ from .plan_digest import (
     JSON,
     MARKS,
     SORTED_JSON,
+    demand_columns,
     demand_json,
+    demand_rows,
+    node_columns,
+    node_rows,
+    notice_dict,
     pool_from_dict,
     pool_sets,
     pool_to_dict,
@@ -95,7 +100,7 @@ class NodeView:
         d = {
             "id": self.id, "pool": self.pool, "state": str(self.state), "used": self.used.to_dict(), "host": self.host,
             "running": self.running, "cordoned": self.cordoned, "idle_since": self.idle_since,
-            "notice": _notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
+            "notice": None if self.notice is None else notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
             "protected_until": self.protected_until, "protect_closed": self.protect_closed,
             "cordoned_by_us": self.cordoned_by_us, "known": self.known,
         }
@@ -167,6 +172,8 @@ class PlanInput:
         version = self.resolved_digest_version
         if version not in DIGEST_VERSIONS:
             raise ValueError(f"unknown plan input digest version {self.digest_version!r}")
+        if version == 3:  # the recorded form as it is: its large parts are columns, which the encoder writes in C
+            return SORTED_JSON.encode(self._recorded)
         v2 = version == 2
         md, mn = (JSON.encode(m) for m in MARKS)
         sets = {"pool_sets": [list(t) for t in self.demand_sets[0]], "digest_version": 2} if v2 else {}
@@ -194,14 +201,17 @@ class PlanInput:
     @cached_property
     def _recorded(self) -> dict[str, Any]:
         sets, of_class = self.demand_sets
+        version = self.resolved_digest_version
+        common = {**self._small, "pool_sets": [list(t) for t in sets], "digest_version": version}
+        if version >= 3:
+            return {**common, "nodes": node_columns(self.nodes), "demand": demand_columns(self.demand, of_class)}
         demand = []
         for c, i in zip(self.demand, of_class):
             d = c.to_dict()
             del d["pools"]
             d["pool_set"] = i
             demand.append(d)
-        return {**self._small, "nodes": self._node_dicts, "demand": demand,
-                "pool_sets": [list(t) for t in sets], "digest_version": self.resolved_digest_version}
+        return {**common, "nodes": self._node_dicts, "demand": demand}
 
     def _legacy_dict(self) -> dict[str, Any]:
         """The whole input, each class with its pools: what the digest is the SHA-256 of (as JSON)."""
@@ -248,6 +258,7 @@ class PlanInput:
         version = d.get("digest_version", 1)  # recorded before versions were: 1
         if version not in DIGEST_VERSIONS:
             raise ValueError(f"unknown plan input digest version {version!r}")
+        nodes, demand = (node_rows(d["nodes"]), demand_rows(d["demand"])) if version >= 3 else (d["nodes"], d["demand"])
         return cls(
             region=d["region"], now=d["now"],
             pools={k: pool_from_dict(v) for k, v in d["pools"].items()},
@@ -270,12 +281,12 @@ class PlanInput:
                 protected_until=n.get("protected_until"), protect_closed=n.get("protect_closed", False),
                 cordoned_by_us=n.get("cordoned_by_us", False), known=n.get("known", True),
                 launched_at=n.get("launched_at"), work_started_at=n.get("work_started_at"))
-                for n in d["nodes"]),
+                for n in nodes),
             demand=tuple(DemandClass(
                 key=c["key"], scheduler=c["scheduler"], shape=Shape(**c["shape"]), priority=c["priority"],
                 expected_seconds=c["expected_seconds"], count=c["count"],
                 pools=tuple(c["pools"]) if "pools" in c else sets[c["pool_set"]],
-                examples=tuple(c["examples"])) for c in d["demand"]),
+                examples=tuple(c["examples"])) for c in demand),
             advisories=dict(d["advisories"]), recent_reclaims=dict(d["recent_reclaims"]),
             pool_failures=dict(d["pool_failures"]),
             budget=Bucket(rate=b["rate"], burst=b["burst"], tokens=b["tokens"], at=b["at"]),
@@ -287,13 +298,6 @@ class PlanInput:
                 d["previous_rate_card"]["version"], dict(d["previous_rate_card"]["prices"])),
             digest_version=version,
         )
-
-
-def _notice_dict(n: Notice | None) -> dict[str, Any] | None:
-    if n is None:
-        return None
-    return {"id": n.id, "instance_id": n.instance_id, "kind": str(n.kind), "issued_at": n.issued_at,
-            "deadline": n.deadline, "reason": n.reason, "pool": n.pool}
 
 
 def build_input(

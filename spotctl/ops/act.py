@@ -63,6 +63,12 @@ def execute_drains(rt: Runtime, actions: list[Action], plan_id: str | None) -> l
 # -- launch ------------------------------------------------------------------
 
 
+#: The most nodes of a launch whose tokens and intents are committed together, before any of their creates: a
+#: launch commits 1, then 2, 4, ... up to this many at a time (a pool that refuses at once costs one intent; a
+#: launch of 400 nodes commits 27 times, not 400: a commit writes every page the nodes share again).
+LAUNCH_CHUNK = 16
+
+
 def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     store = rt.store
     if action.pool is None:
@@ -71,53 +77,78 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     out = Outcome(action.id, "launch", OutcomeStatus.OK, pool=action.pool, count=action.count or 0)
     record_intent(rt, action, plan_id)
     priority = action.priority
-    # One write transaction per node: the record of the instance just created goes with the next node's
-    # token and intent (always committed before that node's create call). A process killed between a create
-    # and that commit leaves the node intended, with its tagged instance: resume() adopts it.
-    created: Created | None = None
+    todo: list[tuple[int, str]] = []  # (index, node action id) of the nodes not recorded yet
     for i in range(action.count or 0):
         sub = f"{action.id}.{i}"
         row = store.conn.execute("SELECT state, instance_id FROM nodes WHERE action_id=?", (sub,)).fetchone()
-        if row is not None:
-            # an earlier (crashed) attempt of this same action made this node: done only if it has its instance
-            # (resume() creates or adopts the instance of an intended node; a failed one is not done)
-            if row["instance_id"] is not None and row["state"] != NodeState.FAILED.value:
-                out.done += 1
-                out.nodes.append(node_name(pool.name, sub))
-            continue
+        if row is None:
+            todo.append((i, sub))
+        # an earlier (crashed) attempt of this same action made this node: done only if it has its instance
+        # (resume() creates or adopts the instance of an intended node; a failed one is not done)
+        elif row["instance_id"] is not None and row["state"] != NodeState.FAILED.value:
+            out.done += 1
+            out.nodes.append(node_name(pool.name, sub))
+    # One write transaction per chunk of nodes (LAUNCH_CHUNK): their tokens and intents, with the records of the
+    # instances the chunk before created — always committed before the chunk's create calls. A process killed
+    # between a create and that commit leaves the node intended, with its tagged instance: resume() adopts it
+    # (and creates those of its chunk that were not asked for yet).
+    created: list[Created] = []
+    unasked: list[Node] = []  # intended nodes whose create was not asked for: an earlier create of the launch failed
+    size, k, stop = 1, 0, False
+    while k < len(todo) and not stop:
+        chunk, k, size = todo[k:k + size], k + size, min(2 * size, LAUNCH_CHUNK)
+        intended: list[tuple[int, Node]] = []
         with store.tx():
-            if created is not None:
-                _record_created(rt, pool, *created)
-                created = None
-            granted = rt.take_token(priority)
-            if granted:
+            for made in created:
+                _record_created(rt, pool, *made)
+            created = []
+            for i, sub in chunk:
+                if not rt.take_token(priority):
+                    stop = True
+                    break
                 now = rt.now()
                 node = Node(id=node_name(pool.name, sub), pool=pool.name, state=NodeState.INTENDED, action_id=sub,
                             created_at=now, updated_at=now, reason=action.reason, price=action.price or 0.0)
                 store.add_node(node, actor=rt.actor, reason=action.reason)
                 audit_action(rt, action, node.id, "intended", sub_action=sub)
-        if not granted:
-            out.status = OutcomeStatus.PARTIAL
-            out.detail = f"token budget exhausted after {out.done} of {action.count}"
-            break
-        ok, detail, created = _create_instance(rt, node, pool, choice_for_node(action.inputs, i))
-        if ok:
+                intended.append((i, node))
+        for j, (i, node) in enumerate(intended):
+            ok, detail, made_now = _create_instance(rt, node, pool, choice_for_node(action.inputs, i))
+            if made_now is not None:
+                created.append(made_now)
+            if not ok:
+                out.status = OutcomeStatus.FAILED if out.done == 0 else OutcomeStatus.PARTIAL
+                out.detail = detail
+                unasked, stop = [n for _, n in intended[j + 1:]], True
+                break
             out.done += 1
             out.nodes.append(node.id)
         else:
-            out.status = OutcomeStatus.FAILED if out.done == 0 else OutcomeStatus.PARTIAL
-            out.detail = detail
-            break
+            if stop:  # a token was refused after this chunk's nodes
+                out.status = OutcomeStatus.PARTIAL
+                out.detail = f"token budget exhausted after {out.done} of {action.count}"
     if out.status is OutcomeStatus.OK and out.done < (action.count or 0):
         out.status = OutcomeStatus.PARTIAL
         out.detail = f"{out.done} of {action.count} instance(s) exist; the rest are intended (the next pass resumes them)"
     with store.tx():
-        if created is not None:
-            _record_created(rt, pool, *created)
+        for made in created:
+            _record_created(rt, pool, *made)
+        for node in unasked:
+            _not_asked(rt, pool, node, out.detail)
         finish_action(rt, action.id, "launch", "done" if out.status is OutcomeStatus.OK else out.status,
                       out.detail or f"{out.done} of {action.count} launched", rt.now(), pool=action.pool)
     rt.progress(f"launch {action.pool}: {out.done}/{action.count} ({out.status})")
     return out
+
+
+def _not_asked(rt: Runtime, pool, node: Node, why: str) -> None:
+    """An intended node whose create was never asked for (an earlier node of its launch failed) fails, with its
+    audit record (in the caller's transaction): nothing was created for it, so nothing can leak."""
+    now = rt.now()
+    error = f"not created: an earlier node of the launch failed ({why})"
+    rt.store.transition(node, NodeState.FAILED, reason=error, at=now, actor=rt.actor)
+    rt.store.audit(actor=rt.actor, action="node.launch", target=node.id, result="failed",
+                   inputs={"pool": pool.name, "error": error, "action_id": node.action_id}, at=now)
 
 
 #: an instance created (or found) for an intended node, not recorded yet: (node, instance, found, when)

@@ -251,4 +251,6 @@ def _record_history(rt: Runtime, snap: Snapshot) -> None:
         history.record_prices(rt.store, snap.rate_card.prices, snap.rate_card.currency, snap.now)
         history.record_rate_card_tick(rt.store, snap.rate_card.version, snap.rate_card.prices, snap.now)
     read = {s.name for s in rt.schedulers if f"scheduler:{s.name}" not in snap.degraded}
-    history.record_waits(rt.store, [u for u in snap.units if str(u.scheduler) in read], read, snap.now)
+    # units come only from the schedulers read: with none degraded, all are kept as they are (no copy of 1M)
+    units = snap.units if len(read) == len(rt.schedulers) else [u for u in snap.units if u.scheduler in read]
+    history.record_waits(rt.store, units, read, snap.now)

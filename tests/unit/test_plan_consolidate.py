@@ -128,7 +128,7 @@ def test_replay_of_the_recorded_input_reproduces_the_plan():
 def test_an_input_without_consolidation_records_none_of_its_inputs():
     i = inp(policy=Policy(spend_cap_per_hour=None))
     d = json.loads(i.recorded_json())
-    assert "previous_rate_card" not in d and "launched_at" not in d["nodes"][0]
+    assert "previous_rate_card" not in d and "launched_at" not in d["nodes"]
     assert not any(k.startswith("consolidation") for k in d["policy"])
 
 

@@ -12,6 +12,8 @@ import hashlib
 import json
 import random
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
@@ -204,16 +206,20 @@ def test_an_old_record_is_named_as_it_was_and_replays():
     assert odd.digest() == _legacy_digest(odd) != again.digest()
 
 
-def test_the_digest_changes_with_every_decision_input():
+@pytest.mark.parametrize("version", [2, 3])
+def test_the_digest_changes_with_every_decision_input(version):
     """The digest names every value of the recorded form: a change of any field of a class or a node, of
-    the time or of a pool changes it, and each changed input read back from its record is named alike."""
+    the time or of a pool changes it, and each changed input read back from its record is named alike (in
+    the columns of version 3, every new input's, and in the per-item form of version 2, which recorded plans
+    replay in)."""
     from dataclasses import fields, replace
 
     from spotctl.core.models import NodeState, Notice, NoticeKind
 
     inp = plan_input([pool("p1"), pool("p2")], hosts("p1", 2) + hosts("p2", 2), [job(1), job(2, vcpu=2)],
                      nodes=[node(1), node(2)])
-    assert inp.resolved_digest_version == 2
+    assert inp.resolved_digest_version == 3
+    inp = replace(inp, digest_version=version)
     base = inp.digest()
     d0, n0 = inp.demand[0], inp.nodes[0]
     other = {"key": "k2", "scheduler": "kubernetes", "shape": Shape(3, 8192), "priority": 7,
@@ -263,11 +269,12 @@ def test_many_pools_and_distinct_classes_account_for_every_unit():
 
 
 def test_a_new_input_is_named_by_the_text_the_store_records(tmp_path):
-    """Every new input is version 2: its digest is the SHA-256 of the recorded form's canonical JSON (each
-    pool set once), the very text the store records (``recorded_json``); read back, it is named alike and
-    replays to the same plan. A record without a version is version 1 (the whole input's JSON, each class
-    with its pools); an unknown version is refused."""
-    import pytest
+    """Every new input is version 3: its digest is the SHA-256 of the recorded form's canonical JSON (each
+    pool set once, the nodes and the demand as columns), the very text the store records (``recorded_json``);
+    read back, it is named alike and replays to the same plan. A record of version 2 (per-item nodes and
+    classes) is named as it was and replays to the same plan; a record without a version is version 1 (the
+    whole input's JSON, each class with its pools); an unknown version is refused."""
+    from dataclasses import replace
 
     from spotctl.state.store import Store
 
@@ -275,17 +282,32 @@ def test_a_new_input_is_named_by_the_text_the_store_records(tmp_path):
                      [job(i, vcpu=1 + i % 6, seconds=600 * (1 + i % 3)) for i in range(30)], nodes=[node(1)])
     text = json.dumps(inp.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
     assert inp.recorded_json() == text and inp.digest() == hashlib.sha256(text.encode()).hexdigest()
-    assert inp.resolved_digest_version == 2 and inp.digest() != _legacy_digest(inp)
+    assert inp.resolved_digest_version == 3 and inp.digest() != _legacy_digest(inp)
+    assert inp.to_dict()["nodes"]["id"] == ["n1"] and len(inp.to_dict()["demand"]["key"]) == len(inp.demand)
     store = Store.open(tmp_path / "state.db", "r1")
     seq = store.record_plan(plan_id=inp.digest()[:12], at=NOW, actor="t", executed=True, summary={},
                             plan_input=inp.recorded_json())
     rec = store.plan_input(seq)
-    assert rec == json.loads(text) and rec["digest_version"] == 2
+    assert rec == json.loads(text) and rec["digest_version"] == 3
     again = PlanInput.from_dict(rec)
     assert again.digest() == inp.digest()
     assert plan(again).to_dict(explain=True) == plan(inp).to_dict(explain=True)
+    v2 = replace(inp, digest_version=2)
+    v2_record = json.loads(v2.recorded_json())
+    assert v2_record["digest_version"] == 2 and v2_record["nodes"][0]["id"] == "n1"
+    assert len(v2.recorded_json()) > len(text)  # the columns are the smaller record
+    v2_again = PlanInput.from_dict(v2_record)
+    assert v2_again.digest() == v2.digest() == hashlib.sha256(v2.recorded_json().encode()).hexdigest() != inp.digest()
+    assert plan(v2_again).to_dict(explain=True) == plan(v2).to_dict(explain=True)
+    decided = [[(a.kind, a.pool, a.node, a.count, a.reason) for a in plan(i).actions] for i in (v2_again, inp)]
+    assert decided[0] == decided[1]  # the same decisions; only the plan's name (and its actions' ids) differs
     old = PlanInput.from_dict(json.loads(json.dumps(inp._legacy_dict())))
     assert old.resolved_digest_version == 1 and old.digest() == _legacy_digest(inp)
-    for bad in (3, 0, "2"):
+    for bad in (4, 0, "3"):
         with pytest.raises(ValueError, match="digest version"):
             PlanInput.from_dict({**rec, "digest_version": bad})
+    # version 3's columns must be whole: a damaged record is refused, never read as another input
+    for damaged in ({**rec["nodes"], "id": []}, {k: v for k, v in rec["nodes"].items() if k != "price"},
+                    [{"id": "n1"}]):
+        with pytest.raises(ValueError, match="column"):
+            PlanInput.from_dict({**rec, "nodes": damaged})

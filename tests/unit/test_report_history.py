@@ -52,6 +52,25 @@ def test_a_wait_ends_when_a_pass_of_its_scheduler_no_longer_sees_it(tmp_path):
         s.close()
 
 
+def test_open_waits_of_any_unit_id_are_read_whole(tmp_path):
+    """The open waits are read as one joined text: a unit id that holds the separator (a newline) or is empty
+    is read all the same, so that a pass neither starts its wait twice nor ends it while it is pending."""
+    s = Store.open(tmp_path / "r.db", "r")
+    try:
+        both = {"kubernetes", "slurm"}
+        odd = [_unit("ns/a\nb", Scheduler.KUBERNETES, 50.0), _unit("", Scheduler.SLURM, 50.0),
+               _unit("s1", Scheduler.SLURM, 60.0)]
+        history.record_waits(s, odd, both, 100.0)
+        before = s.conn.total_changes
+        history.record_waits(s, odd, both, 160.0)  # the same units pending: nothing changes
+        assert s.conn.total_changes == before
+        history.record_waits(s, odd[1:], both, 220.0)  # the odd one is gone: only its wait ends
+        rows = {w["unit"]: w["gone_at"] for w in history.window_rows(s, 0.0, 1000.0)["waits"]}
+        assert rows == {"ns/a\nb": 220.0, "": None, "s1": None}
+    finally:
+        s.close()
+
+
 def test_ending_waits_looks_them_up_by_unit_not_by_every_open_wait(tmp_path):
     """Ending the waits of the units a pass no longer sees finds each by its key: a pass that ends 10k of 200k
     open waits must not walk all 200k for each chunk of 500 (SQLite would take the ``gone_at`` index for
