@@ -21,7 +21,7 @@ from spotctl.core.errors import StateError
 from spotctl.core.models import NodeState
 from spotctl.state.dbfile import RESTORE, bad_value, clip, open_error, read_only_error, sqlite_error, writable_dir
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -116,6 +116,13 @@ MIGRATIONS: dict[int, str] = {
         first_seen_at REAL NOT NULL, gone_at REAL);
     CREATE INDEX waits_gone ON waits(gone_at);
     CREATE INDEX waits_open ON waits(scheduler, unit) WHERE gone_at IS NULL;
+    """,
+    # waits_gone holds the ended waits only: an open wait (gone_at NULL) is in no query of it (`gone_at < ?`,
+    # `gone_at >= ?` imply NOT NULL, and SQLite takes a partial index on that), and every new wait was one more
+    # index entry to write (the first pass's 200k waits: 1.33 -> 1.09 s)
+    8: """
+    DROP INDEX waits_gone;
+    CREATE INDEX waits_gone ON waits(gone_at) WHERE gone_at IS NOT NULL;
     """,
 }
 

@@ -71,6 +71,37 @@ def test_open_waits_of_any_unit_id_are_read_whole(tmp_path):
         s.close()
 
 
+def test_the_ended_waits_index_holds_ended_waits_only_and_an_old_database_moves_to_it(tmp_path):
+    """Schema 8: ``waits_gone`` is partial (ended waits only: a new wait writes no entry there), the queries by
+    end time still take it, and a database of schema 7 is moved to it on open with its waits kept."""
+    import sqlite3
+
+    from spotctl.state import schema
+
+    old = tmp_path / "old.db"
+    c = sqlite3.connect(old, isolation_level=None)
+    c.execute("PRAGMA journal_mode=WAL")
+    for v in range(1, 8):
+        for stmt in schema.statements(schema.MIGRATIONS[v]):
+            c.execute(stmt)
+    c.execute("PRAGMA user_version=7")
+    c.execute("INSERT INTO waits VALUES ('k1', 'kubernetes', 50.0, 100.0, 160.0), ('s1', 'slurm', 60.0, 100.0, NULL)")
+    c.close()
+    s = Store.open(old, "r")
+    try:
+        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 8
+        (sql,) = s.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'waits_gone'").fetchone()
+        assert sql.endswith("WHERE gone_at IS NOT NULL")
+        assert s.conn.execute("SELECT count(*) FROM waits INDEXED BY waits_gone WHERE gone_at < 1e9").fetchone()[0] == 1
+        for q in ("DELETE FROM waits WHERE gone_at < ?", "SELECT unit FROM waits WHERE gone_at >= ? AND first_seen_at <= ?"):
+            plan = " ".join(r[-1] for r in s.conn.execute("EXPLAIN QUERY PLAN " + q, (1.0,) * q.count("?")))
+            assert "waits_gone" in plan, (q, plan)
+        rows = {w["unit"]: w["gone_at"] for w in history.window_rows(s, 0.0, 1000.0)["waits"]}
+        assert rows == {"k1": 160.0, "s1": None}
+    finally:
+        s.close()
+
+
 def test_ending_waits_looks_them_up_by_unit_not_by_every_open_wait(tmp_path):
     """Ending the waits of the units a pass no longer sees finds each by its key: a pass that ends 10k of 200k
     open waits must not walk all 200k for each chunk of 500 (SQLite would take the ``gone_at`` index for
