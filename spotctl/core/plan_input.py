@@ -138,7 +138,7 @@ class PlanInput:
     #: the rate card seen before this one (the previous tick), from the state DB: its version and prices.
     #: Consolidation moves only on a saving that holds on both. None: not known (a first pass, no feed).
     previous_rate_card: tuple[str, dict[str, float]] | None = None
-    digest_version: int = 0  # 1 or 2 (see plan_digest.DIGEST_VERSIONS): a recorded input's; 0: a new one (2)
+    digest_version: int = 0  # 1, 2 or 3 (see plan_digest.DIGEST_VERSIONS): a recorded input's; 0: a new one (3)
 
     def digest(self) -> str:
         """The input's name (its plan id is the first 12 hex digits): changes with any decision input."""
@@ -146,7 +146,8 @@ class PlanInput:
 
     def to_dict(self) -> dict[str, Any]:
         """What is recorded: every input, each distinct pool set once (``pool_sets``; a class names its
-        own by index, ``pool_set``). ``from_dict`` also reads records that list each class's ``pools``."""
+        own by index, ``pool_set``), the nodes and the demand as columns (version 3; version 2: an object
+        each). ``from_dict`` also reads records of versions 1 and 2."""
         return self._recorded
 
     @cached_property
@@ -160,11 +161,11 @@ class PlanInput:
         return hashlib.sha256(self.recorded_json().encode()).hexdigest()
 
     def recorded_json(self) -> str:
-        """The canonical JSON (sorted keys, no spaces, ASCII) the digest is the SHA-256 of: at version 2 (every
-        new input) that of :meth:`to_dict`, which is what the store records (one encoding for the name and the
-        record); a recorded input of version 1 (no version recorded), that of :meth:`_legacy_dict`, the bytes
-        as then, so that its plan id stays. Written in parts: each distinct pool set encoded once, each class
-        from a template."""
+        """The canonical JSON (sorted keys, no spaces, ASCII) the digest is the SHA-256 of: from version 2 on
+        (version 3: every new input) that of :meth:`to_dict`, which is what the store records (one encoding for
+        the name and the record); a recorded input of version 1 (no version recorded), that of
+        :meth:`_legacy_dict`, the bytes as then, so that its plan id stays. Versions 1 and 2 are written in
+        parts: each distinct pool set encoded once, each class from a template."""
         return self._canonical_text
 
     @cached_property
