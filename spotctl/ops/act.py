@@ -23,7 +23,7 @@ from spotctl.core.hostaware import choice_for_node
 from spotctl.core.models import HostChoice, Instance, Node, NodeState, OutcomeStatus
 
 from .drain import drain_batch, each_scheduler, node_for, run_cordon, run_drain, run_protect, run_uncordon
-from .outcome import Outcome, audit_action, finish_action, record_intent
+from .outcome import Outcome, audit_action, finish_action, growing_chunks, record_intent
 from .runtime import Runtime
 from .sync import remember_full
 
@@ -94,9 +94,10 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     # (and creates those of its chunk that were not asked for yet).
     created: list[Created] = []
     unasked: list[Node] = []  # intended nodes whose create was not asked for: an earlier create of the launch failed
-    size, k, stop = 1, 0, False
-    while k < len(todo) and not stop:
-        chunk, k, size = todo[k:k + size], k + size, min(2 * size, LAUNCH_CHUNK)
+    stop = False
+    for chunk in growing_chunks(todo, LAUNCH_CHUNK):
+        if stop:
+            break
         intended: list[tuple[int, Node]] = []
         with store.tx():
             for made in created:

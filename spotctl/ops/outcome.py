@@ -4,8 +4,9 @@ row committed before the side effect, and its audit record. Shared by ``act`` an
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from spotctl.core.actions import Action
 from spotctl.core.models import OutcomeStatus
@@ -13,6 +14,18 @@ from spotctl.core.models import OutcomeStatus
 from .runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def growing_chunks(items: Sequence[T], most: int) -> Iterator[Sequence[T]]:
+    """``items`` in chunks of 1, 2, 4, ... up to ``most``: what a run of steps commits together. A run that
+    stops early (a refusal, a kill) has committed little more than it did; a long one commits a few dozen
+    times, not once per item (a commit writes again every page its rows share)."""
+    size, k = 1, 0
+    while k < len(items):
+        yield items[k:k + size]
+        k, size = k + size, min(2 * size, most)
 
 
 @dataclass
