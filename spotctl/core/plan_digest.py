@@ -11,8 +11,9 @@ From version 3 on, the nodes and the demand are recorded as columns (:func:`node
 versions 1 and 2 cost a dict (or a template) per node and class. Each item is still read once (its fields a
 row, the rows transposed in C): a walk per field over 100k scattered objects cost more than it saved. The
 nodes are named in a quarter of version 2's time, the demand of 10k classes in 90 % of it (of 100k distinct
-classes in about the same), and the recorded input is about a third of version 2's size. :func:`node_rows` and
-:func:`demand_rows` read the columns back as the per-item forms, for ``PlanInput.from_dict``.
+classes in about the same), and the recorded text is a third to a half of version 2's (compressed, as the store
+keeps it, a fifth smaller). :func:`node_rows` and :func:`demand_rows` read the columns back as the per-item
+forms, for ``PlanInput.from_dict``.
 """
 
 from __future__ import annotations
