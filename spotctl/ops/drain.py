@@ -191,7 +191,7 @@ def _drain_record(rt: Runtime, action: Action, node: Node, fan: "Fanout") -> Out
         detail = fan.problems() or (f"{'empty' if empty else f'{left} workload(s) left'}"
                                     + (f"; {sum(len(v) for v in forced.values())} deleted at the deadline"
                                        if forced else ""))
-        # the action's status in the outcome's transaction: one commit per node, never a recorded round
+        # the action's status in the outcome's transaction (its chunk's, drain_batch): never a recorded round
         # whose action still says running
         finish_action(rt, action.id, "drain", "done" if fan.ok else result, detail, now, pool=node.pool, node=node.id)
     line = f"drain {node.id}: {result} ({detail})"
