@@ -98,7 +98,7 @@ def node_columns(nodes: Any) -> dict[str, list[Any]]:
     :data:`NODE_OPTIONAL` that some node has). Each node is read once, its fields a row, and the rows turned
     into columns in C (:func:`_columns`): a walk per field would read 100k scattered objects ten times over."""
     rows = [(n.id, n.pool, n.state.value, u.vcpu, u.ram_mb, u.gpus, n.host, n.running, n.cordoned, n.idle_since,
-             None if n.notice is None else notice_dict(n.notice), n.price, n.drain_started, n.protected_until,
+             notice_dict(n.notice), n.price, n.drain_started, n.protected_until,
              n.protect_closed, n.cordoned_by_us, n.known, n.launched_at, n.work_started_at)
             for n in nodes for u in (n.used,)]
     cols = _columns(NODE_COLUMNS + NODE_OPTIONAL, rows)
@@ -113,8 +113,10 @@ def _columns(names: tuple[str, ...], rows: list[tuple[Any, ...]]) -> dict[str, l
     return dict(zip(names, map(list, zip(*rows)))) if rows else {name: [] for name in names}
 
 
-def notice_dict(n: Any) -> dict[str, Any]:
-    """A node's notice as recorded (every version)."""
+def notice_dict(n: Any) -> dict[str, Any] | None:
+    """A node's notice as recorded (every version); None: none."""
+    if n is None:
+        return None
     return {"id": n.id, "instance_id": n.instance_id, "kind": str(n.kind), "issued_at": n.issued_at,
             "deadline": n.deadline, "reason": n.reason, "pool": n.pool}
 
@@ -147,20 +149,18 @@ def _rows(cols: Any, required: tuple[str, ...], optional: tuple[str, ...] = ()) 
 
 def node_rows(cols: Any) -> list[dict[str, Any]]:
     """Version 3's node columns read back as the per-node form of versions 1 and 2 (``used`` a shape dict)."""
-    out = []
-    for r in _rows(cols, NODE_COLUMNS, NODE_OPTIONAL):
-        r["used"] = {"vcpu": r.pop("used_vcpu"), "ram_mb": r.pop("used_ram_mb"), "gpus": r.pop("used_gpus")}
-        out.append(r)
-    return out
+    return [_shape_of(r, "used", "used_") for r in _rows(cols, NODE_COLUMNS, NODE_OPTIONAL)]
 
 
 def demand_rows(cols: Any) -> list[dict[str, Any]]:
     """Version 3's demand columns read back as the per-class form of version 2 (``shape`` a dict, ``pool_set``)."""
-    out = []
-    for r in _rows(cols, DEMAND_COLUMNS):
-        r["shape"] = {"vcpu": r.pop("vcpu"), "ram_mb": r.pop("ram_mb"), "gpus": r.pop("gpus")}
-        out.append(r)
-    return out
+    return [_shape_of(r, "shape", "") for r in _rows(cols, DEMAND_COLUMNS)]
+
+
+def _shape_of(row: dict[str, Any], name: str, prefix: str) -> dict[str, Any]:
+    """``row`` with its three shape columns (``prefix`` + vcpu, ram_mb, gpus) put back as one dict ``name``."""
+    row[name] = {k: row.pop(prefix + k) for k in ("vcpu", "ram_mb", "gpus")}
+    return row
 
 
 def pool_to_dict(p: PoolSpec) -> dict[str, Any]:

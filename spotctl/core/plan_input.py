@@ -100,7 +100,7 @@ class NodeView:
         d = {
             "id": self.id, "pool": self.pool, "state": str(self.state), "used": self.used.to_dict(), "host": self.host,
             "running": self.running, "cordoned": self.cordoned, "idle_since": self.idle_since,
-            "notice": None if self.notice is None else notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
+            "notice": notice_dict(self.notice), "price": self.price, "drain_started": self.drain_started,
             "protected_until": self.protected_until, "protect_closed": self.protect_closed,
             "cordoned_by_us": self.cordoned_by_us, "known": self.known,
         }
@@ -173,7 +173,7 @@ class PlanInput:
         version = self.resolved_digest_version
         if version not in DIGEST_VERSIONS:
             raise ValueError(f"unknown plan input digest version {self.digest_version!r}")
-        if version == 3:  # the recorded form as it is: its large parts are columns, which the encoder writes in C
+        if version >= 3:  # the recorded form as it is: its large parts are columns, which the encoder writes in C
             return SORTED_JSON.encode(self._recorded)
         v2 = version == 2
         md, mn = (JSON.encode(m) for m in MARKS)
