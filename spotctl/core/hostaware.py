@@ -21,9 +21,11 @@ rules close the gap, and the adapters only apply them:
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Any
 
-__all__ = ["HOST_RULE", "HostChoice", "choice_for_node", "choose_hosts", "host_acceptable", "landed_at_risk",
+__all__ = ["HOST_RULE", "HostChoice", "LaunchNodes", "choice_for_node", "choose_hosts", "host_acceptable", "landed_at_risk",
            "launch_choices", "not_before", "pick_host", "reclaims_by_host"]
 
 from .capacity import host_fit
@@ -56,17 +58,46 @@ def launch_choices(inputs: dict[str, Any], now: float, pool: PoolSpec, policy: P
 def choice_for_node(inputs: dict[str, Any], index: int) -> HostChoice | None:
     """The host choice of the ``index``-th node of a launch action, from its recorded inputs (None: the
     action carries none — a plan from before host-aware placement, or a replacement without segments)."""
-    hc = inputs.get("host_choice") or {}
-    bounds = hc.get("not_before") or []
-    segments = inputs.get("segments") or []
-    if not bounds or len(bounds) != len(segments):
-        return None
-    seen = 0
-    for seg, nb in zip(segments, bounds):
-        seen += int(seg[0])
-        if index < seen:
-            return HostChoice(float(nb))
-    return HostChoice(float(bounds[-1]))
+    return LaunchNodes(inputs).choice(index)
+
+
+class LaunchNodes:
+    """A launch action's recorded inputs, node by node: which of its segments (``[nodes, safe until, longest
+    work]``, in order) the ``index``-th node belongs to, found by bisection (a launch of n replacement nodes has
+    up to n segments; a walk per node was n² a launch)."""
+
+    def __init__(self, inputs: dict[str, Any]):
+        self.inputs = inputs
+        segments = inputs.get("segments")
+        self.segments: list[Any] = segments if isinstance(segments, list) else []
+        self.ends = list(accumulate(int(seg[0]) for seg in self.segments))  # each segment's end (exclusive)
+        hc = inputs.get("host_choice")
+        bounds = (hc.get("not_before") or []) if isinstance(hc, dict) else []
+        self.bounds: list[Any] = bounds if isinstance(bounds, list) and len(bounds) == len(self.segments) else []
+
+    def _segment(self, index: int) -> int:
+        """The segment of the ``index``-th node (past the end: the last one)."""
+        return min(bisect_right(self.ends, index), len(self.segments) - 1)
+
+    def choice(self, index: int) -> HostChoice | None:
+        """The host choice of the ``index``-th node (None: the action carries none)."""
+        if not self.bounds:
+            return None
+        return HostChoice(float(self.bounds[self._segment(index)]))
+
+    def inputs_of(self, index: int) -> dict[str, Any]:
+        """The inputs as they concern the ``index``-th node: its own segment (``[1, safe until, longest
+        work]``) and its own host choice bound, in place of the action's lists of them. A launch of n
+        replacement nodes lists up to n segments: each node's audit record carrying them all was n² entries a
+        launch (475 nodes: 6 MB of records). The action's row keeps the lists; ``LaunchNodes(a).choice(i)`` is
+        ``LaunchNodes(a.inputs_of(i)).choice(0)``."""
+        if not self.segments:
+            return self.inputs
+        k = self._segment(index)
+        out = {**self.inputs, "segments": [[1, *self.segments[k][1:]]]}
+        if self.bounds:
+            out["host_choice"] = {**self.inputs["host_choice"], "not_before": [self.bounds[k]]}
+        return out
 
 
 def reclaims_by_host(reservations: list[Reservation], pools: dict[str, PoolSpec], now: float) -> dict[str, float]:

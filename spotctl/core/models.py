@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform, overload
+
+_T = TypeVar("_T")
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@overload
+def frozen(cls: type[_T], /) -> type[_T]: ...
+@overload
+def frozen(*, order: bool = False) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(frozen_default=True)
+def frozen(cls: type[_T] | None = None, /, *, order: bool = False) -> Any:
+    """A frozen dataclass to the type checker (mypy refuses an assignment to any field, as for
+    ``@dataclass(frozen=True)``), made at run time with plain slots. CPython's frozen ``__init__`` sets each
+    field through ``object.__setattr__``: three times the cost of a plain one (a 17-field view of a node: 6.8 µs
+    against 2.1 µs), and a pass makes these per node, per scheduler and per unit. Compared and hashed by its
+    fields, as a frozen dataclass is (``unsafe_hash``)."""
+
+    def make(c: type[_T]) -> type[_T]:
+        return dataclass(slots=True, unsafe_hash=True, order=order)(c)
+
+    return make if cls is None else make(cls)
+
+
+@frozen(order=True)
 class Shape:
     """A resource vector: what a node offers or a unit of work asks for."""
 
@@ -28,14 +51,18 @@ class Shape:
         return Shape(self.vcpu * n, self.ram_mb * n, self.gpus * n)
 
     def count_in(self, room: "Shape") -> int:
-        """How many of this shape fit in ``room`` (per dimension, whole units)."""
-        counts = []
+        """How many of this shape fit in ``room`` (per dimension, whole units; a dimension this shape does not
+        ask for counts only when the room is short of it: then none fits). No list per call: it runs for every
+        host of every pool in each pass's headroom."""
+        best = -1  # no dimension asked for yet
         for need, have in ((self.vcpu, room.vcpu), (self.ram_mb, room.ram_mb), (self.gpus, room.gpus)):
             if need > 0:
-                counts.append(max(0, have) // need)
+                n = have // need if have > 0 else 0
+                if best < 0 or n < best:
+                    best = n
             elif have < 0:
                 return 0
-        return min(counts) if counts else 0
+        return best if best >= 0 else 0
 
     def clamp(self) -> "Shape":
         return Shape(max(0, self.vcpu), max(0, self.ram_mb), max(0, self.gpus))
@@ -186,7 +213,7 @@ class Node:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class WorkUnit:
     """One unit of pending work: a pod or a Slurm job (one node's worth at most)."""
 
@@ -257,7 +284,7 @@ class Reservation:
     end: float
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Instance:
     """A cloud instance carrying our tags."""
 
@@ -292,7 +319,7 @@ class NoticeKind(StrEnum):
     CALENDAR = "calendar"
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class Notice:
     id: str
     instance_id: str
@@ -304,7 +331,7 @@ class Notice:
     delivered_at: float | None = None  # the provider's receipt that the node got it
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class NodeUsage:
     """What a scheduler says about one of our nodes."""
 

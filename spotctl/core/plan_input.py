@@ -29,6 +29,7 @@ from .models import (
     RateCard,
     Shape,
     WorkUnit,
+    frozen,
 )
 from .plan_digest import (
     DIGEST_VERSION,
@@ -52,7 +53,7 @@ REPLACEMENT = "replacement"  # the "scheduler" of synthetic demand: capacity for
 MAX_EXCLUSIONS = 500  # excluded units listed one by one (all are counted by reason)
 
 
-@dataclass(frozen=True)
+@frozen
 class DemandClass:
     """Pending units that are interchangeable for packing."""
 
@@ -73,7 +74,7 @@ class DemandClass:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class NodeView:
     """One of our live nodes, merged with what the schedulers say of it."""
 

@@ -19,7 +19,7 @@ from typing import Any
 from spotctl.core.actions import Action, ActionKind
 from spotctl.core.budget import Priority
 from spotctl.core.errors import CapacityError, SpotctlError, TemporaryError, UsageError
-from spotctl.core.hostaware import choice_for_node
+from spotctl.core.hostaware import LaunchNodes, choice_for_node
 from spotctl.core.models import HostChoice, Instance, Node, NodeState, OutcomeStatus
 
 from .drain import drain_batch, each_scheduler, node_for, run_cordon, run_drain, run_protect, run_uncordon
@@ -92,6 +92,7 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
     # instances the chunk before created — always committed before the chunk's create calls. A process killed
     # between a create and that commit leaves the node intended, with its tagged instance: resume() adopts it
     # (and creates those of its chunk that were not asked for yet).
+    shares = LaunchNodes(action.inputs)  # each node's segment and host choice
     created: list[Created] = []
     unasked: list[Node] = []  # intended nodes whose create was not asked for: an earlier create of the launch failed
     stop = False
@@ -103,18 +104,18 @@ def _launch(rt: Runtime, action: Action, plan_id: str | None) -> Outcome:
             for made in created:
                 _record_created(rt, pool, *made)
             created = []
-            for i, sub in chunk:
-                if not rt.take_token(priority):
-                    stop = True
-                    break
+            granted = rt.take_token(priority, len(chunk))  # a token per node of the chunk, taken at once
+            if granted < len(chunk):
+                stop = True  # the budget ran out within this chunk: its first ``granted`` nodes go on
+            for i, sub in chunk[:granted]:
                 now = rt.now()
                 node = Node(id=node_name(pool.name, sub), pool=pool.name, state=NodeState.INTENDED, action_id=sub,
                             created_at=now, updated_at=now, reason=action.reason, price=action.price or 0.0)
                 store.add_node(node, actor=rt.actor, reason=action.reason)
-                audit_action(rt, action, node.id, "intended", sub_action=sub)
+                audit_action(rt, action, node.id, "intended", inputs=shares.inputs_of(i), sub_action=sub)
                 intended.append((i, node))
         for j, (i, node) in enumerate(intended):
-            ok, detail, made_now = _create_instance(rt, node, pool, choice_for_node(action.inputs, i))
+            ok, detail, made_now = _create_instance(rt, node, pool, shares.choice(i))
             if made_now is not None:
                 created.append(made_now)
             if not ok:

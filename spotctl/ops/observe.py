@@ -53,7 +53,7 @@ from spotctl.core.plan_input import PlanInput, build_input
 from spotctl.core.planner import plan as make_plan
 from spotctl.core.ports import ProviderStatus, ReclaimPort, SchedulerPort
 
-from .runtime import Runtime
+from .runtime import Runtime, collector_paused
 
 log = logging.getLogger(__name__)
 
@@ -307,11 +307,7 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
         from spotctl.state import history
 
         previous = history.previous_rate_card(rt.store, snap.rate_card.version)
-    import gc  # the cyclic collector is paused while the input is built (pure CPU, read already): see planned()
-
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():  # while the input is built (pure CPU, read already): see planned()
         inp = build_input(
             region=rt.region.name, now=now, pools=rt.region.pools, policy=rt.region.policy,
             headroom=snap.headroom, calendars=snap.calendars, quota=snap.quota, rate_card=snap.rate_card,
@@ -322,9 +318,6 @@ def plan_input(rt: Runtime, snap: Snapshot, nodes: list[Node] | None = None,
                                    | ({"kubernetes", "slurm"} - {s.name for s in rt.schedulers})),
             previous_rate_card=previous,
         )
-    finally:
-        if collecting:
-            gc.enable()
     log.info("plan input: %d of our nodes, %d demand classes, %d units not counted as demand%s; no-notice "
              "pools: %s; budget %.1f tokens", len(inp.nodes), len(inp.demand), sum(excluded.values()),
              f" ({', '.join(f'{k}: {v}' for k, v in sorted(excluded.items()))})" if excluded else "",
@@ -336,22 +329,15 @@ def planned(inp: PlanInput, planner: Callable[[PlanInput], Plan] | None = None) 
     """The pure planner on ``inp`` (``planner``, a variant behind the same interface: the runtime's
     ``Runtime.planner``; None: spotctl's planner), its result logged: the actions by kind and the planner's
     time (-v), and each action with its reason (-vv)."""
-    import gc
-
     # The planner is pure CPU over small objects made and dropped by the hundred thousand, with no cycles
     # among them to speak of; the cyclic collector, set off by those allocations, rescans the whole heap
     # (the snapshot, the plan input) again and again: a third of the planner's time at 100k units, for
     # nothing found. It is paused while the planner runs (nothing waits there: no I/O, no lock) and put
-    # back as it was whatever happens; what little cyclic garbage there is goes at the next collection.
-    # benchmarks/planner.py times the planner through this function.
+    # back as it was whatever happens (runtime.collector_paused; a pass pauses it throughout); what little
+    # cyclic garbage there is goes at the next collection. benchmarks/planner.py times the planner through this.
     t = time.perf_counter()
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         p = (planner or make_plan)(inp)
-    finally:
-        if collecting:
-            gc.enable()
     log.info("plan %s: %d actions%s, planned in %.1f ms", p.id, len(p.actions),
              f" ({_by(str(a.kind) for a in p.actions)})" if p.actions else "", (time.perf_counter() - t) * 1000)
     for a in p.actions:

@@ -62,9 +62,13 @@ def record_intent(rt: Runtime, action: Action, plan_id: str | None, **kw) -> boo
                                   pool=action.pool, node=action.node, count=action.count, **kw)
 
 
-def audit_action(rt: Runtime, action: Action, target: str, result: str, **extra) -> None:
+def audit_action(rt: Runtime, action: Action, target: str, result: str, *, inputs: dict | None = None,
+                 **extra) -> None:
+    """The audit record of what ``action`` did to ``target``: the action's inputs (``inputs``: the part of them
+    that concerns the target, when the caller has it), its reason and id, and ``extra``."""
     rt.store.audit(actor=rt.actor, action=f"node.{action.kind}", target=target, result=result,
-                   inputs={**action.inputs, "reason": action.reason, "action_id": action.id, **extra}, at=rt.now())
+                   inputs={**(action.inputs if inputs is None else inputs), "reason": action.reason,
+                           "action_id": action.id, **extra}, at=rt.now())
 
 
 def finish_action(rt: Runtime, action_id: str, kind: str, status: str, detail: str, at: float, *,

@@ -20,7 +20,7 @@ from .observe import ObserveBudget, Snapshot, observe, plan_input, planned
 from .prune import prune_in_pass
 from .relay import DESTINATIONS
 from .relay import relay as relay_outbox
-from .runtime import Runtime, lock_busy
+from .runtime import Runtime, collector_paused, lock_busy
 from .sync import sync_nodes
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,13 @@ class PassResult:
 
 def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassResult:
     """One pass under the region lock. When another pass or command holds it, wait up to ``wait`` seconds
-    (the timer does not: 0), then skip: that one does the work."""
+    (the timer does not: 0), then skip: that one does the work. The cyclic collector is paused for the pass
+    (``runtime.collector_paused``)."""
+    with collector_paused():
+        return _run_pass(rt, dry_run=dry_run, wait=wait)
+
+
+def _run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassResult:
     result = PassResult(status="ok", region=rt.region.name, started_at=rt.now())
     waited = time.monotonic()
     if not rt.lock(wait, f"reconcile pass{' (dry run)' if dry_run else ''}, by {rt.actor}"):

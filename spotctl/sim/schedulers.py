@@ -65,7 +65,7 @@ class Node:
     may be tens of thousands of nodes)."""
 
     __slots__ = ("name", "pool", "instance_id", "cap", "used_v", "used_m", "used_g", "up", "registered_at",
-                 "reg", "cordoned", "times", "runs", "until", "closed")
+                 "reg", "cordoned", "times", "runs", "until", "closed", "sums")
 
     def __init__(self, name: str, pool: str, instance_id: str, cap: Shape, registered_at: float):
         self.name = name
@@ -81,6 +81,9 @@ class Node:
         self.runs: list[Run] = []
         self.until: list = [None, None]  # per scheduler: work must end by then (SchedulerPort.protect)
         self.closed = 0  # per scheduler bit: no new work at all (the window is too short for any)
+        # per scheduler: (what its runs here use, how many, the youngest one's start), or None when a run came
+        # or went since it was summed (usage() sums a node's runs again only then)
+        self.sums: list = [None, None]
 
     def registered(self, s: int) -> bool:
         return bool(self.reg >> s & 1)
@@ -388,6 +391,7 @@ class Cluster:
     def _attach_run(self, run: Run, node: Node) -> None:
         sh = run.unit.shape
         node.runs.append(run)
+        node.sums[run.s] = None
         node.used_v += sh.vcpu
         node.used_m += sh.ram_mb
         node.used_g += sh.gpus
@@ -398,6 +402,7 @@ class Cluster:
         if node is not None and run in node.runs:
             sh = run.unit.shape
             node.runs.remove(run)
+            node.sums[run.s] = None
             node.used_v -= sh.vcpu
             node.used_m -= sh.ram_mb
             node.used_g -= sh.gpus
@@ -534,20 +539,24 @@ class Cluster:
         for node in self.node_list():
             if not node.reg & bit:
                 continue
-            v = m = g = n = 0
-            started: float | None = None  # the youngest run's start
-            for run in node.runs:
-                if run.s == s:
-                    sh = run.unit.shape
-                    v += sh.vcpu
-                    m += sh.ram_mb
-                    g += sh.gpus
-                    n += 1
-                    if started is None or run.started_at > started:
-                        started = run.started_at
-            out.append(NodeUsage(node=node.name, scheduler=sched, used=Shape(v, m, g), running=n,
-                                 cordoned=bool(node.cordoned & bit), last_busy_at=now if n else node.times[2 + s],
-                                 work_started_at=started))
+            sums = node.sums[s]
+            if sums is None:  # a run came or went since the last sum: sum this node's runs again
+                v = m = g = n = 0
+                started: float | None = None  # the youngest run's start
+                for run in node.runs:
+                    if run.s == s:
+                        sh = run.unit.shape
+                        v += sh.vcpu
+                        m += sh.ram_mb
+                        g += sh.gpus
+                        n += 1
+                        if started is None or run.started_at > started:
+                            started = run.started_at
+                sums = node.sums[s] = (Shape(v, m, g), n, started)
+            used, n, started = sums
+            # (node, scheduler, used, running, cordoned, last_busy_at, work_started_at), by position: 20k a call
+            out.append(NodeUsage(node.name, sched, used, n, bool(node.cordoned & bit), now if n else node.times[2 + s],
+                                 started))
         self._usage[s] = (key, out)
         return list(out)
 

@@ -76,3 +76,28 @@ def test_a_launch_run_again_creates_only_what_is_missing(make_rt):
     again, _ = _launch(rt, 7)  # the same action id (a re-driven action): nothing new
     assert again.done == 7 and sorted(again.nodes) == sorted(out.nodes)
     assert sum(1 for a in world.fleet.by_action if a.startswith("launch-t1.")) == 7
+
+
+def test_each_node_is_audited_with_its_own_segment_and_host_choice_and_the_action_keeps_them_all(make_rt):
+    """A launch of n nodes in n segments (replacement capacity: one per node replaced) records each node
+    with its own segment and bound, not the launch's lists: n records of one, not n records of n."""
+    rt, world = make_rt()
+    now = rt.now()
+    segments = [[1, now + 7200 + i, 3600] for i in range(6)]
+    bounds = [now + 4000 + i for i in range(6)]
+    action = Action(id="launch-t3", kind=ActionKind.LAUNCH, priority=Priority.REPLACEMENT, reason="test",
+                    pool="gp-az1", count=6, price=0.1,
+                    inputs={"segments": segments, "host_choice": {"not_before": bounds, "rule": "test"}})
+    out = execute(rt, action, None)
+    assert out.status is OutcomeStatus.OK and out.done == 6
+    intended = {a["target"]: a["inputs"] for a in rt.store.audit_query(action="node.launch")
+                if a["result"] == "intended"}
+    by_index = {int(i["sub_action"].rsplit(".", 1)[1]): i for i in intended.values()}
+    assert sorted(by_index) == list(range(6))
+    for i, inputs in by_index.items():
+        assert inputs["segments"] == [[1, now + 7200 + i, 3600]]
+        assert inputs["host_choice"] == {"not_before": [now + 4000 + i], "rule": "test"}
+    # the action's own row keeps every segment and bound (what resume and the replay read)
+    row = next(a for a in rt.store.actions() if a["id"] == "launch-t3")
+    assert row["inputs"]["segments"] == segments and row["inputs"]["host_choice"]["not_before"] == bounds
+    assert rt.store.verify_audit()[0]

@@ -145,3 +145,36 @@ def test_node_name_reuse_registers_the_new_instance(world, region):
     inst2 = _active_node(world, region)
     assert inst2.id != inst.id
     assert sum(u.running for s in world.schedulers for u in s.usage() if u.node == "n1") > 0
+
+
+def test_usage_follows_every_run_that_starts_or_ends_though_each_node_is_summed_once():
+    """``usage()`` sums a node's runs again only when one came or went (``Node.sums``): what it reports after
+    work starts, completes, is drained and is requeued is what summing every run afresh gives."""
+    from spotctl.core.models import Shape
+    from spotctl.sim.generate import generated_region
+
+    region, w = generated_region(200, 2000)
+    cl = w.cluster
+
+    def afresh(s: int) -> dict[str, tuple]:
+        out = {}
+        for node in cl.node_list():
+            if node.reg >> s & 1:
+                runs = [r for r in node.runs if r.s == s]
+                used = Shape(sum(r.unit.shape.vcpu for r in runs), sum(r.unit.shape.ram_mb for r in runs),
+                             sum(r.unit.shape.gpus for r in runs))
+                out[node.name] = (used, len(runs), max((r.started_at for r in runs), default=None))
+        return out
+
+    seen = 0
+    for step in range(8):
+        w.advance(w.now + 600)
+        if step == 3:  # a drain in both schedulers: its runs leave at once
+            busy = next(n.name for n in cl.node_list() if n.runs)
+            for sched in w.schedulers:
+                sched.drain(busy, "test", w.now + 300)
+        for s, sched in enumerate(w.schedulers):
+            got = {u.node: (u.used, u.running, u.work_started_at) for u in sched.usage()}
+            assert got == afresh(s)
+            seen += sum(1 for used, n, _ in got.values() if n)
+    assert seen  # work ran: the sums were tested on busy nodes, not only on empty ones

@@ -44,3 +44,28 @@ def test_a_full_pool_says_the_larger_pools_on_its_hosts_are_full_too():
     assert also_full(pools["reserved"], pools) == ["reserved", "reserved-large"]
     assert also_full(pools["reserved-large"], pools) == ["reserved-large"]
     assert also_full(pools["reserved-tiny"], pools) == ["reserved-tiny", "reserved", "reserved-large"]
+
+
+def test_count_in_is_the_fewest_whole_units_over_the_dimensions_asked_for():
+    """Every shape and room of a small grid (negative room: a host over-committed by others): the count is the
+    least ``room // need`` over the dimensions the shape asks for; a room short of a dimension it does not ask
+    for fits none; a shape that asks for nothing fits none."""
+    from itertools import product
+
+    from spotctl.core.models import Shape
+
+    def reference(shape: Shape, room: Shape) -> int:
+        counts = []
+        for need, have in ((shape.vcpu, room.vcpu), (shape.ram_mb, room.ram_mb), (shape.gpus, room.gpus)):
+            if need > 0:
+                counts.append(max(0, have) // need)
+            elif have < 0:
+                return 0
+        return min(counts) if counts else 0
+
+    values = (-3, 0, 1, 2, 5)
+    for need in product((0, 1, 2, 3), repeat=3):
+        for have in product(values, repeat=3):
+            assert Shape(*need).count_in(Shape(*have)) == reference(Shape(*need), Shape(*have)), (need, have)
+    assert Shape(8, 32768, 0).count_in(Shape(64, 262144, 4)) == 8
+    assert Shape(8, 32768, 1).count_in(Shape(64, 262144, 4)) == 4

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from spotctl.core.config import Policy
 from spotctl.core.hostaware import (
+    LaunchNodes,
     choice_for_node,
     landed_at_risk,
     launch_choices,
@@ -45,6 +46,26 @@ def test_each_node_of_a_launch_gets_the_bound_of_its_segment():
     assert choice_for_node(inputs, 9).not_before == bounds[1]  # past the end: the last segment's
     assert choice_for_node({"segments": inputs["segments"]}, 0) is None  # a plan from before: no choice
     assert choice_for_node({}, 0) is None
+
+
+def test_each_node_of_a_launch_is_recorded_with_its_own_segment_and_bound_only():
+    """A node's audit record carries its share of the launch, not the launch's lists (n nodes x n segments)."""
+    segments = [[2, NOW + 9000, 7200], [0, NOW + 8000, 60], [3, NOW + 5000, 600]]
+    inputs = {"segments": segments, "host_choice": {"not_before": [NOW + 1, NOW + 2, NOW + 3], "rule": "r"},
+              "safe_until": NOW + 5000}
+    nodes = LaunchNodes(inputs)
+    shares = [nodes.inputs_of(i) for i in range(6)]
+    assert [s["segments"] for s in shares] == [[[1, NOW + 9000, 7200]]] * 2 + [[[1, NOW + 5000, 600]]] * 4
+    assert [s["host_choice"] for s in shares] == ([{"not_before": [NOW + 1], "rule": "r"}] * 2
+                                                  + [{"not_before": [NOW + 3], "rule": "r"}] * 4)
+    assert all(s["safe_until"] == NOW + 5000 for s in shares)
+    # the node's share gives the node the choice the whole launch gives it; the action's inputs are left whole
+    assert [LaunchNodes(s).choice(0) for s in shares] == [choice_for_node(inputs, i) for i in range(6)]
+    assert inputs["segments"] == segments and len(inputs["host_choice"]["not_before"]) == 3
+    # without segments (a plan from before them), or without a choice per segment: left as they are
+    assert LaunchNodes({"x": 1}).inputs_of(3) == {"x": 1}
+    only = LaunchNodes({"segments": segments}).inputs_of(0)
+    assert only == {"segments": [[1, NOW + 9000, 7200]]} and LaunchNodes(only).choice(0) is None
 
 
 def test_reclaims_by_host_are_lease_start_minus_cleaning_the_earliest_and_never_past():

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from spotctl.core.errors import CapacityError, NotFoundError, TemporaryError
-from spotctl.core.models import HostCapacity, Instance, PoolSpec, Shape
+from spotctl.core.models import HostCapacity, Instance, PoolSpec, Shape, frozen
 
 from .api import ALLOC_PREFIX, IRONIC_PREFIX, TAG_ACTION, TAG_POOL, TAG_REGION, Api, _ts
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen
 class _IronicInstance(Instance):
     """An Ironic instance with its claim's id, which stays when the id moves to the node's."""
 
