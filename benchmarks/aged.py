@@ -21,8 +21,9 @@ Volumes, from a pass every 30 s and this churn (the defaults of ``age``):
 - **passes**: one every 30 s; the store keeps the newest 2000 rows (``Store.finish_pass``).
 - **plans**: one a pass; the store keeps the newest 500 within 64 MiB (``[retention] plans_max`` and
   ``plans_max_mib``), each with an input of the size a plan of ``nodes`` nodes has.
-- **pruned** as the passes prune: nothing left that the default retention lets go, and the passes' walk
-  marks where the last pass's prune left them (a region that has run 30 days pruned at every pass).
+- **pruned** as the passes prune (a run of this file; ``age(pruned=False)`` leaves the backlog for
+  ``benchmarks/prune.py``): nothing left that the default retention lets go, and the passes' walk marks
+  where the last pass's prune left them (a region that has run 30 days pruned at every pass).
 
 Rows are built in Python and written with ``executemany``, one transaction per table chunk:
 about 9 s at 20k nodes. Run alone: ``python benchmarks/aged.py DB NODES [DAYS]``.
@@ -79,8 +80,11 @@ def _steps(node: Node, t0: float, end: float, boot: float, ending: int) -> list[
 
 
 def age(store: Store, nodes: int, *, now: float = GEN_START, days: float = 30.0, churn: float = 0.10,
-        seed: int = 1) -> dict[str, int]:
-    """Write ``days`` of history for a region of ``nodes`` nodes into ``store`` (empty); rows per table."""
+        seed: int = 1, pruned: bool = False) -> dict[str, int]:
+    """Write ``days`` of history for a region of ``nodes`` nodes into ``store`` (empty); rows per table.
+    ``pruned``: then pruned as the passes would have pruned it (:func:`_pruned_as_the_passes_did`; what a run
+    of this file writes, for the pass benchmark); else with every row the retention lets go still there (the
+    backlog ``benchmarks/prune.py`` measures)."""
     r = random.Random(seed)
     pools = generated_pools(nodes, seed)
     names = sorted(pools)
@@ -136,7 +140,8 @@ def age(store: Store, nodes: int, *, now: float = GEN_START, days: float = 30.0,
     _insert(store, "reclaims", reclaims)
     counts.update(_history(store, lives, happen, actor, region, now))
     counts.update(_passes_and_plans(store, nodes, now, r))
-    counts["pruned"] = _pruned_as_the_passes_did(store, now)
+    if pruned:
+        counts["pruned"] = _pruned_as_the_passes_did(store, now)
     store.conn.execute("PRAGMA journal_mode=WAL")
     store.conn.execute("PRAGMA synchronous=NORMAL")
     # on disk, as a database that aged over days is: the writes above skipped every sync, and left in the page
@@ -264,7 +269,7 @@ def main() -> int:
     days = float(sys.argv[3]) if len(sys.argv) > 3 else 30.0
     t0 = time.perf_counter()
     with Store.open(db, "generated") as store:
-        counts = age(store, nodes, days=days)
+        counts = age(store, nodes, days=days, pruned=True)
     counts["seconds"] = round(time.perf_counter() - t0, 2)  # type: ignore[assignment]
     counts["db_mib"] = round(db.stat().st_size / (1 << 20), 1)  # type: ignore[assignment]
     print(json.dumps(counts))

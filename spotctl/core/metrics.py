@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 #: kv row holding the gauges the last pass computed from what it observed (JSON)
@@ -174,9 +175,14 @@ def parse_series_key(key: str) -> tuple[str, dict[str, str]]:
 
 def counter_increment(name: str, labels: Mapping[str, str], by: float = 1.0) -> dict[str, float]:
     """The kv increments of a counter (``name`` as declared, without ``_total``)."""
-    fam = BY_NAME[name]
-    _check_labels(fam, labels)
-    return {series_key(name + "_total", labels): by}
+    return {_counter_key(name, tuple(labels.items())): by}
+
+
+@lru_cache(maxsize=4096)
+def _counter_key(name: str, labels: tuple[tuple[str, str], ...]) -> str:
+    """The series key of a counter with these labels, checked and made once (the labels are few: pools, kinds)."""
+    _check_labels(BY_NAME[name], dict(labels))
+    return series_key(name + "_total", dict(labels))
 
 
 def histogram_increments(name: str, labels: Mapping[str, str], value: float) -> dict[str, float]:
@@ -185,13 +191,23 @@ def histogram_increments(name: str, labels: Mapping[str, str], value: float) -> 
     exporter adds them up into Prometheus' cumulative buckets (:func:`cumulative`). A value that is not
     finite, or negative, is not observed (a clock step must not poison the sum)."""
     fam = BY_NAME[name]
-    _check_labels(fam, labels)
+    buckets, sum_key, count_key = _histogram_keys(name, tuple(labels.items()))
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         return {}
-    le = next((repr(float(b)) for b in fam.buckets if value <= b), "+Inf")
-    return {series_key(name + "_bucket", {**labels, "le": le}): 1.0,
-            series_key(name + "_sum", labels): float(value),
-            series_key(name + "_count", labels): 1.0}
+    i = next((i for i, b in enumerate(fam.buckets) if value <= b), len(fam.buckets))  # the last key: +Inf
+    return {buckets[i]: 1.0, sum_key: float(value), count_key: 1.0}
+
+
+@lru_cache(maxsize=4096)
+def _histogram_keys(name: str, labels: tuple[tuple[str, str], ...]) -> tuple[tuple[str, ...], str, str]:
+    """The series keys of a histogram with these labels, checked and made once: each bucket's (its ``le``, then
+    ``+Inf``), the sum's and the count's (a storm of 1,000 notices observes three histograms each)."""
+    fam = BY_NAME[name]
+    lab = dict(labels)
+    _check_labels(fam, lab)
+    les = [repr(float(b)) for b in fam.buckets] + ["+Inf"]
+    return (tuple(series_key(name + "_bucket", {**lab, "le": le}) for le in les),
+            series_key(name + "_sum", lab), series_key(name + "_count", lab))
 
 
 def cumulative(fam: Family, per_bucket: Mapping[str, float]) -> list[tuple[str, float]]:
