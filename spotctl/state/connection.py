@@ -108,36 +108,44 @@ class StoreBase:
 
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; nested calls join the outer one."""
+        """One write transaction; nested calls join the outer one.
+
+        A signal (Ctrl-C, SIGTERM: an exception raised wherever the main thread is) may land between any two
+        steps here. Every step after ``BEGIN`` runs inside the ``try`` that rolls back, and ``_in_tx`` says
+        False again whatever happens: an interrupt never leaves the connection inside a transaction that this
+        store thinks is over (the next write would fail with "cannot start a transaction within a
+        transaction", and the caller's clean-up with it: a drill or pass row left running)."""
         if self._in_tx:
             yield self.conn
             return
         self.check_identity()
+        committed = False
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.DatabaseError as e:
-            raise StateError(f"state database {self.path}: {e}") from None
-        self._in_tx = True
-        try:
+            self._in_tx = True
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as e:
+                raise StateError(f"state database {self.path}: {e}") from None
             yield self.conn
             self._pre_commit()
             self.check_identity()  # commit-critical: never commit into a file that is no longer the region's
-        except BaseException:
-            self._in_tx = False
-            self._on_commit.clear()
-            self._rolled_back()
-            # SQLite may have rolled back itself (a full disk, an I/O error); the connection may be closed
-            # already (a signal's cleanup closed the store while this transaction's frame was unwound)
-            with contextlib.suppress(sqlite3.Error, StateError):
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-            raise
-        else:
-            self._in_tx = False
             done, self._on_commit = self._on_commit, []  # a failed COMMIT drops them too
             self.conn.execute("COMMIT")
-            for fn in done:
-                fn()
+            committed = True
+        except BaseException:
+            if not committed:
+                self._on_commit.clear()
+                self._rolled_back()
+                # SQLite may have rolled back itself (a full disk, an I/O error); the connection may be closed
+                # already (a signal's cleanup closed the store while this transaction's frame was unwound)
+                with contextlib.suppress(sqlite3.Error, StateError):
+                    if self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_tx = False
+        for fn in done:
+            fn()
 
     def after_commit(self, fn) -> None:
         """Run ``fn()`` once what the current write transaction wrote is committed (at once outside one;

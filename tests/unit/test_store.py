@@ -400,3 +400,44 @@ def test_a_new_region_is_not_created_over_the_log_of_a_database_deleted_after_a_
     assert "is missing but its SQLite side files are still there" in e.value.message
     assert "r.db-wal" in e.value.hint and e.value.exit_code == ExitCode.STATE
     assert listing(tmp_path) == before
+
+
+class _Interrupting:
+    """A connection whose ``execute`` raises KeyboardInterrupt (a signal) once: right after ``BEGIN IMMEDIATE``
+    returned, or instead of ``COMMIT``, or right after ``COMMIT`` returned."""
+
+    def __init__(self, conn, sql: str, after: bool):
+        self._conn, self._sql, self._after, self.fired = conn, sql, after, False
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def execute(self, sql, *args):
+        if sql == self._sql and not self.fired:
+            self.fired = True
+            if self._after:
+                self._conn.execute(sql, *args)
+            raise KeyboardInterrupt
+        return self._conn.execute(sql, *args)
+
+
+@pytest.mark.parametrize("sql,after,kept", [("BEGIN IMMEDIATE", True, False), ("COMMIT", False, False),
+                                            ("COMMIT", True, True)])
+def test_a_signal_anywhere_in_a_write_transaction_leaves_no_transaction_open(tmp_path, sql, after, kept):
+    """A signal right after BEGIN, just before COMMIT or just after it: the store is out of the transaction
+    (rolled back unless it committed), and the next write transaction begins and commits (it used to fail with
+    "cannot start a transaction within a transaction", and with it the clean-up that closes a drill or pass)."""
+    store = Store.open(tmp_path / "s.db", "r1")
+    real = store.conn
+    store.conn = _Interrupting(real, sql, after)
+    try:
+        with pytest.raises(KeyboardInterrupt), store.tx() as c:
+            c.execute("INSERT INTO kv (key, value, updated_at) VALUES ('a', '1', 1.0)")
+        assert store.conn.fired and not real.in_transaction and not store._in_tx
+        with store.tx() as c:
+            c.execute("INSERT INTO kv (key, value, updated_at) VALUES ('b', '2', 2.0)")
+        keys = {r[0] for r in real.execute("SELECT key FROM kv WHERE key IN ('a', 'b')")}
+        assert keys == ({"a", "b"} if kept else {"b"})
+    finally:
+        store.conn = real
+        store.close()
