@@ -25,8 +25,8 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import Any
 
-__all__ = ["HOST_RULE", "HostChoice", "LaunchNodes", "choice_for_node", "choose_hosts", "host_acceptable", "landed_at_risk",
-           "launch_choices", "not_before", "pick_host", "reclaims_by_host"]
+__all__ = ["HOST_RULE", "HostChoice", "LaunchNodes", "choice_for_node", "choose_hosts", "host_acceptable",
+           "landed_at_risk", "launch_choices", "not_before", "pick_host", "reclaims_by_host"]
 
 from .capacity import host_fit
 from .config import Policy
