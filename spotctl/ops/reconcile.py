@@ -68,8 +68,9 @@ class PassResult:
 def run_pass(rt: Runtime, *, dry_run: bool = False, wait: float = 0.0) -> PassResult:
     """One pass under the region lock. When another pass or command holds it, wait up to ``wait`` seconds
     (the timer does not: 0), then skip: that one does the work. The cyclic collector is paused for the pass
-    (``runtime.collector_paused``)."""
-    with collector_paused():
+    (``runtime.collector_paused``), and its commits leave the write-ahead log to one checkpoint at its end
+    (``StoreBase.checkpoints_deferred``)."""
+    with collector_paused(), rt.store.checkpoints_deferred():
         return _run_pass(rt, dry_run=dry_run, wait=wait)
 
 

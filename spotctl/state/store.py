@@ -76,6 +76,8 @@ log = logging.getLogger(__name__)
 
 _NODE_COLS = ("id", "pool", "state", "action_id", "instance_id", "host", "created_at", "updated_at", "reason",
               "cordoned", "idle_since", "notice_deadline", "notice_id", "price", "protected_until", "protect_closed")
+#: the write-ahead log's size (bytes) that a checkpointed log is cut back to (``PRAGMA journal_size_limit``)
+WAL_SIZE_LIMIT = 64 << 20
 #: a node row's columns in _NODE_COLS order, which _node reads by position
 _NODE_SELECT = f"SELECT {','.join(_NODE_COLS)} FROM nodes"
 
@@ -156,6 +158,9 @@ class Store(AuditLog, RegionLock, Memory, Prune):
             check_schema(conn, path)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            # a pass checkpoints once at its end (checkpoints_deferred): its log may grow well past SQLite's
+            # usual 4 MB first; once checkpointed, the next write cuts the file back to this size
+            conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             conn.execute("PRAGMA foreign_keys=ON")
             store.queue_kinds(KINDS if outbox_kinds is None else outbox_kinds)
         except sqlite3.DatabaseError as e:
