@@ -99,13 +99,34 @@ class AuditLog(Outbox, Memory):
         from spotctl.state.bulk import AuditRows  # the rows, with one encoding of the inputs
 
         with self.tx() as c:
-            prev = c.execute("SELECT hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-            rec, row, queued = AuditRows(self.region, prev[0] if prev else self._anchor_hash()).make(
-                actor=actor, action=action, target=target, result=result, inputs=inputs, at=at)
+            chain = AuditRows(self.region, self.chain_head())
+            rec, row, queued = chain.make(actor=actor, action=action, target=target, result=result, inputs=inputs,
+                                          at=at)
             c.execute("INSERT INTO audit (id, at, actor, action, target, result, inputs, prev_hash, hash) "
                       "VALUES (?,?,?,?,?,?,?,?,?)", row)
             self.queue_rows([queued])
+            self._head = chain.head
         return rec
+
+    #: the chain's head within the current write transaction (None: not read yet in it; see chain_head)
+    _head: str | None = None
+
+    def chain_head(self) -> str:
+        """The hash the next record chains to, inside a write transaction: the newest record's (the anchor's
+        when every record was pruned). Read once per transaction and then kept as records are appended (the
+        transaction holds the write lock: no other process appends meanwhile); forgotten when it ends."""
+        if self._head is None:
+            prev = self.conn.execute("SELECT hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
+            self._head = prev[0] if prev else self._anchor_hash()
+        return self._head
+
+    def _pre_commit(self) -> None:
+        self._head = None
+        super()._pre_commit()
+
+    def _rolled_back(self) -> None:
+        self._head = None
+        super()._rolled_back()
 
     def _anchor_hash(self) -> str:
         """What the next record chains to when every record was pruned: the anchor's hash."""
@@ -305,6 +326,7 @@ class AuditLog(Outbox, Memory):
                 return 0
             last, last_out = pairs[-1]
             c.execute("DELETE FROM audit WHERE seq <= ?", (last["seq"],))
+            self._head = None  # (read again: the anchor, when the newest went)
             c.executemany("DELETE FROM outbox WHERE id = ?", [(out["id"],) for _, out in pairs])
             self.set_value(ANCHOR_KEY, Mark(last["seq"], last["hash"], last_out["id"]).to_text(), time.time())
         return len(pairs)

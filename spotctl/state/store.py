@@ -36,7 +36,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Self
 
-from spotctl.core.audit import GENESIS, canonical
+from spotctl.core.audit import canonical
 from spotctl.core.budget import Priority
 from spotctl.core.errors import NotFoundError, StateError
 from spotctl.core.lifecycle import check_transition
@@ -284,8 +284,7 @@ class Store(AuditLog, RegionLock, Memory, Prune):
 
         events = self._events()
         with self.tx() as c:
-            head = c.execute("SELECT hash FROM audit ORDER BY seq DESC LIMIT 1").fetchone()
-            chain = AuditRows(self.region, head[0] if head else GENESIS)
+            chain = AuditRows(self.region, self.chain_head())
             for i in range(0, len(adopted), 2000):  # chunks: rows of a few thousand nodes in memory at a time
                 nodes, moves, audit, outbox = adoption_rows(adopted[i:i + 2000], at=at, actor=actor, events=events,
                                                             chain=chain, row=_node_row)
@@ -296,6 +295,7 @@ class Store(AuditLog, RegionLock, Memory, Prune):
                 c.executemany("INSERT INTO audit (id, at, actor, action, target, result, inputs, prev_hash, hash) "
                               "VALUES (?,?,?,?,?,?,?,?,?)", audit)
                 c.executemany("INSERT INTO outbox (kind, key, payload, created_at) VALUES (?,?,?,?)", outbox)
+                self._head = chain.head
 
     def update_node(self, node: Node, **changes) -> Node:
         for k, v in changes.items():

@@ -215,6 +215,19 @@ def test_everything_pruned_then_new_records_chain_to_the_anchor(store):
     assert verify(store)["ok"]
 
 
+def test_everything_pruned_then_adopted_nodes_chain_to_the_anchor(store):
+    from spotctl.core.models import Node, NodeState
+
+    deliver(store, 10)
+    assert store.prune_audit(T0 + 10**6, 100) == 10
+    node = Node(id="n-adopted", pool="gp", state=NodeState.INTENDED, action_id="adopt-1", created_at=T0,
+                updated_at=T0, instance_id="i-1")
+    with store.tx():
+        store.adopt_nodes([(node, NodeState.ACTIVE)], at=T0 + 10**6, actor="svc:reconciler")
+    r = verify(store, full=True)
+    assert r["ok"] and r["records"] == 1 and r["from_seq"] == 10
+
+
 def test_prune_rejects_bad_arguments(store):
     for cutoff, limit in ((float("nan"), 10), (T0, 0), (T0, 1.5), (float("inf"), 10)):
         with pytest.raises(ValueError):

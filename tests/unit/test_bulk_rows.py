@@ -70,6 +70,27 @@ def test_adopted_rows_continue_the_chain_and_verify(tmp_path):
     store.close()
 
 
+def test_records_of_one_transaction_chain_and_a_rolled_back_one_is_forgotten(tmp_path):
+    """The chain's head is read once per write transaction and kept as records are appended to it; a
+    transaction rolled back takes its records with it, and the next record chains to the last committed one."""
+    store = Store.open(tmp_path / "s.db", "r1")
+    with store.tx():
+        for i in range(3):
+            store.audit(actor="me", action="one", target=f"x{i}", result="ok", inputs={"i": i}, at=1.0 + i)
+        store.adopt_nodes([(_node(0), NodeState.ACTIVE)], at=5.0, actor="me")
+        store.audit(actor="me", action="two", target="y", result="ok", inputs={}, at=6.0)
+    with pytest.raises(RuntimeError):
+        with store.tx():
+            store.audit(actor="me", action="gone", target="z", result="ok", inputs={}, at=7.0)
+            raise RuntimeError("rolled back")
+    with store.tx():
+        store.audit(actor="me", action="three", target="w", result="ok", inputs={}, at=8.0)
+    ok, bad, checked = store.verify_audit()
+    assert ok and bad is None and checked == 6
+    assert [r["action"] for r in store.audit_records()] == ["one"] * 3 + ["node.adopt", "two", "three"]
+    store.close()
+
+
 class _Key(str):
     pass
 
