@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 
 #: SQLite's automatic checkpoint threshold (its default), put back after :meth:`StoreBase.checkpoints_deferred`
 AUTOCHECKPOINT_PAGES = 1000
+#: Rows a stretch under :meth:`StoreBase.checkpoints_deferred` changes, at least, for it to checkpoint at its end:
+#: a pass that changed fewer wrote fewer pages than the automatic checkpoint waits for, which a later commit then
+#: runs as it always did (a checkpoint after every small pass, two syncs each, was a tenth of a simulated day)
+CHECKPOINT_AFTER_CHANGES = AUTOCHECKPOINT_PAGES
 
 
 class Connection(sqlite3.Connection):
@@ -182,16 +186,19 @@ class StoreBase:
         1,000 pages, and copies and syncs every page the log holds: a pass of a thousand drains paid a dozen
         of them (25-30 ms each, most of it waiting for the disk), copying the same pages of the nodes, audit
         and outbox tables again each time. At the end, each page is copied once (``PASSIVE``: never waits for
-        a reader). Nested in :meth:`defer_checkpoints` (the watcher's connection), it leaves that as it is.
+        a reader), when the stretch changed :data:`CHECKPOINT_AFTER_CHANGES` rows or more. Nested in :meth:`defer_checkpoints` (the watcher's connection), it leaves that as it is.
         Durability is unchanged: a commit is in the log either way, and a crash before the checkpoint leaves
         it there for the next open to read."""
         if self._deferred_checkpoints:
             yield
             return
         self.defer_checkpoints()
+        changes = self.conn.total_changes
         try:
             yield
-            self.checkpoint()  # (not after an error or an interrupt: the next commit's automatic one does it)
+            # (not after an error or an interrupt, nor after a few changes: a later commit's automatic one does it)
+            if self.conn.total_changes - changes >= CHECKPOINT_AFTER_CHANGES:
+                self.checkpoint()
         finally:
             self._deferred_checkpoints = False
             # an interrupt may have closed the store already (a signal's clean-up): nothing to put back then

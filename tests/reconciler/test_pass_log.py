@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from spotctl.state import connection
 from spotctl.state.connection import AUTOCHECKPOINT_PAGES
 
 from .conftest import advance
@@ -16,7 +17,8 @@ def autocheckpoint(store) -> int:
     return store.conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
 
 
-def test_a_pass_checkpoints_once_after_its_last_commit(make_rt):
+def test_a_pass_checkpoints_once_after_its_last_commit(make_rt, monkeypatch):
+    monkeypatch.setattr(connection, "CHECKPOINT_AFTER_CHANGES", 10)  # (the demo's passes change a few dozen rows)
     rt, world = make_rt()
     advance(rt, world, 60)  # the fleet adopted and launched: the next passes have work to record
     statements: list[str] = []
@@ -35,6 +37,23 @@ def test_a_pass_checkpoints_once_after_its_last_commit(make_rt):
     assert autocheckpoint(rt.store) == AUTOCHECKPOINT_PAGES
     busy, log_frames, copied = rt.store.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     assert busy == 0 and log_frames == copied
+
+
+def test_a_pass_of_few_changes_leaves_the_log_to_the_automatic_checkpoint(make_rt):
+    """A pass that changed fewer rows than the automatic checkpoint's pages does not checkpoint itself: a later
+    commit does, once the log holds that many pages, as it always did."""
+    rt, world = make_rt()
+    advance(rt, world, 60)
+    statements: list[str] = []
+    rt.store.conn.set_trace_callback(statements.append)
+    changes = rt.store.conn.total_changes
+    try:
+        advance(rt, world, 30)
+    finally:
+        rt.store.conn.set_trace_callback(None)
+    assert 0 < rt.store.conn.total_changes - changes < connection.CHECKPOINT_AFTER_CHANGES
+    assert not [s for s in statements if "wal_checkpoint(" in s]
+    assert autocheckpoint(rt.store) == AUTOCHECKPOINT_PAGES
 
 
 def test_an_interrupted_stretch_puts_the_automatic_checkpoint_back(make_rt):
