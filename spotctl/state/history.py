@@ -168,14 +168,13 @@ class WaitChunk:
             raise bad_value(path, "open_waits", cid, "units", f"chunk of {encoding!r}") from None
         return cls(cid, scheduler, units, times[0], times[1], bytearray(alive))
 
-    def row(self) -> tuple[str, str, str, bytes, bytes, bytes, int]:
-        """(scheduler, encoding, units, submitted, first_seen, alive, live) as the row holds them."""
+    def row(self) -> tuple[str, str, str, bytes, bytes, bytes]:
+        """(scheduler, encoding, units, submitted, first_seen, alive) as the row holds them."""
         text = "\n".join(self.units)
         encoding = "lines"
         if text.count("\n") != len(self.units) - 1:  # an id holds the separator: every id kept as it is
             text, encoding = json.dumps(self.units, ensure_ascii=False), "json"
-        return (self.scheduler, encoding, text, _packed(self.submitted), _packed(self.first_seen), bytes(self.alive),
-                self.live)
+        return self.scheduler, encoding, text, _packed(self.submitted), _packed(self.first_seen), bytes(self.alive)
 
     def waiting(self) -> list[int]:
         """The positions of the units that still wait."""
@@ -305,7 +304,7 @@ def _write_chunks(tx: Any, chunks: list[WaitChunk], touched: list[WaitChunk],
     :data:`MAX_SMALL_CHUNKS`; :data:`CHUNK_UNITS` units a chunk at most."""
     for ch in touched:
         if ch.live:
-            tx.execute("UPDATE open_waits SET alive = ?, live = ? WHERE id = ?", (bytes(ch.alive), ch.live, ch.id))
+            tx.execute("UPDATE open_waits SET alive = ? WHERE id = ?", (bytes(ch.alive), ch.id))
         else:
             tx.execute("DELETE FROM open_waits WHERE id = ?", (ch.id,))
     adds: dict[str, tuple[list[str], array, array]] = {}  # scheduler -> units, submit and first-seen times
@@ -342,8 +341,8 @@ def _write_chunks(tx: Any, chunks: list[WaitChunk], touched: list[WaitChunk],
             part = us[i:i + CHUNK_UNITS]
             chunk = WaitChunk(None, sched, part, sub_a[i:i + CHUNK_UNITS], fs_a[i:i + CHUNK_UNITS],
                               bytearray(b"\x01") * len(part))
-            tx.execute("INSERT INTO open_waits (scheduler, encoding, units, submitted, first_seen, alive, live) "
-                       "VALUES (?,?,?,?,?,?,?)", chunk.row())
+            tx.execute("INSERT INTO open_waits (scheduler, encoding, units, submitted, first_seen, alive) "
+                       "VALUES (?,?,?,?,?,?)", chunk.row())
 
 
 def open_wait_rows(store: StoreBase, until: float) -> list[dict]:

@@ -130,8 +130,7 @@ MIGRATIONS: dict[int, str] = {
     # schema 8 left open (rows with gone_at NULL) are moved into chunks by the next pass.
     9: """
     CREATE TABLE open_waits (id INTEGER PRIMARY KEY, scheduler TEXT NOT NULL, encoding TEXT NOT NULL,
-        units TEXT NOT NULL, submitted BLOB NOT NULL, first_seen BLOB NOT NULL, alive BLOB NOT NULL,
-        live INTEGER NOT NULL);
+        units TEXT NOT NULL, submitted BLOB NOT NULL, first_seen BLOB NOT NULL, alive BLOB NOT NULL);
     """,
 }
 
