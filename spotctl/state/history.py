@@ -205,12 +205,13 @@ def _packed(a: Sequence[float]) -> bytes:
 _CHUNK_COLUMNS = "id, scheduler, encoding, units, submitted, first_seen, alive"
 
 
-def open_chunks(store: StoreBase, names: Collection[str]) -> list[WaitChunk]:
-    """The open-wait chunks of the schedulers ``names``, oldest first."""
-    if not names:
+def open_chunks(store: StoreBase, names: Collection[str] | None = None) -> list[WaitChunk]:
+    """The open-wait chunks of the schedulers ``names`` (None: every scheduler), oldest first."""
+    if names is not None and not names:
         return []
-    rows = store.conn.execute(f"SELECT {_CHUNK_COLUMNS} FROM open_waits WHERE scheduler IN "
-                              f"({','.join('?' * len(names))}) ORDER BY id", sorted(names)).fetchall()
+    where = "" if names is None else f" WHERE scheduler IN ({','.join('?' * len(names))})"
+    rows = store.conn.execute(f"SELECT {_CHUNK_COLUMNS} FROM open_waits{where} ORDER BY id",
+                              sorted(names or ())).fetchall()
     rows.reverse()
     out = []
     while rows:  # each row's text let go once split (a million ids are 13 MB of text beside their list)
@@ -221,16 +222,11 @@ def open_chunks(store: StoreBase, names: Collection[str]) -> list[WaitChunk]:
 def _legacy_open(store: StoreBase, names: list[str]) -> list[tuple[str, str, float, float]]:
     """Waits left open in ``waits`` rows by schema 8 (before chunks), of the schedulers ``names``: (unit,
     scheduler, submitted_at, first_seen_at). Found through the partial ``waits_open`` index, empty once moved."""
-    rows = store.conn.execute(f"SELECT unit, scheduler, submitted_at, first_seen_at FROM waits INDEXED BY "
-                              f"waits_open WHERE gone_at IS NULL AND scheduler IN ({','.join('?' * len(names))})",
-                              names).fetchall()
-    out = []
-    for unit, scheduler, submitted, first_seen in rows:
-        for col, v in (("submitted_at", submitted), ("first_seen_at", first_seen)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise bad_value(store.path, "waits", unit, col, v)
-        out.append((str(unit), str(scheduler), float(submitted), float(first_seen)))
-    return out
+    rows = [dict(r) for r in store.conn.execute(
+        f"SELECT unit, scheduler, submitted_at, first_seen_at FROM waits INDEXED BY waits_open WHERE gone_at IS NULL "
+        f"AND scheduler IN ({','.join('?' * len(names))})", names)]
+    _check(store, "waits", rows, "unit", ("submitted_at", "first_seen_at"))
+    return [(str(r["unit"]), str(r["scheduler"]), float(r["submitted_at"]), float(r["first_seen_at"])) for r in rows]
 
 
 def record_waits(store: StoreBase, units: Iterable[WorkUnit], schedulers: Collection[str], at: float) -> None:
@@ -302,11 +298,7 @@ def _write_chunks(tx: Any, chunks: list[WaitChunk], touched: list[WaitChunk],
     ``alive`` bytes; new chunks per scheduler for the units first seen (and schema 8's open waits), with the
     units still waiting in chunks mostly ended, and in small ones once a scheduler has more than
     :data:`MAX_SMALL_CHUNKS`; :data:`CHUNK_UNITS` units a chunk at most."""
-    for ch in touched:
-        if ch.live:
-            tx.execute("UPDATE open_waits SET alive = ? WHERE id = ?", (bytes(ch.alive), ch.id))
-        else:
-            tx.execute("DELETE FROM open_waits WHERE id = ?", (ch.id,))
+    merged: set[int | None] = set()  # chunks folded into new ones (deleted there, not updated)
     adds: dict[str, tuple[list[str], array, array]] = {}  # scheduler -> units, submit and first-seen times
     for sched, (us, subs) in new.items():
         adds[sched] = us, array("d", subs), array("d", [at]) * len(us)
@@ -336,6 +328,7 @@ def _write_chunks(tx: Any, chunks: list[WaitChunk], touched: list[WaitChunk],
                 keep_sub.extend(ch.submitted[j] for j in pos)
                 keep_fs.extend(ch.first_seen[j] for j in pos)
             tx.executemany("DELETE FROM open_waits WHERE id = ?", [(ch.id,) for ch in fold])
+            merged.update(ch.id for ch in fold)
             us, sub_a, fs_a = keep_us + us, keep_sub + sub_a, keep_fs + fs_a
         for i in range(0, len(us), CHUNK_UNITS):
             part = us[i:i + CHUNK_UNITS]
@@ -343,6 +336,13 @@ def _write_chunks(tx: Any, chunks: list[WaitChunk], touched: list[WaitChunk],
                               bytearray(b"\x01") * len(part))
             tx.execute("INSERT INTO open_waits (scheduler, encoding, units, submitted, first_seen, alive) "
                        "VALUES (?,?,?,?,?,?)", chunk.row())
+    for ch in touched:
+        if ch.id in merged:
+            continue
+        if ch.live:
+            tx.execute("UPDATE open_waits SET alive = ? WHERE id = ?", (bytes(ch.alive), ch.id))
+        else:
+            tx.execute("DELETE FROM open_waits WHERE id = ?", (ch.id,))
 
 
 def open_wait_rows(store: StoreBase, until: float) -> list[dict]:
@@ -351,8 +351,7 @@ def open_wait_rows(store: StoreBase, until: float) -> list[dict]:
     rows = [dict(r) for r in store.conn.execute(
         "SELECT unit, scheduler, submitted_at, first_seen_at, gone_at FROM waits INDEXED BY waits_open "
         "WHERE gone_at IS NULL AND first_seen_at <= ?", (until,))]
-    for r in store.conn.execute(f"SELECT {_CHUNK_COLUMNS} FROM open_waits ORDER BY id"):
-        ch = WaitChunk.read(store.path, r)
+    for ch in open_chunks(store):
         us, sub, fs, sched = ch.units, ch.submitted, ch.first_seen, ch.scheduler
         rows += [{"unit": us[j], "scheduler": sched, "submitted_at": sub[j], "first_seen_at": fs[j], "gone_at": None}
                  for j in ch.waiting() if fs[j] <= until]

@@ -77,22 +77,31 @@ def test_open_waits_of_any_unit_id_are_read_whole(tmp_path):
         s.close()
 
 
-def test_the_ended_waits_index_holds_ended_waits_only_and_an_old_database_moves_to_it(tmp_path):
-    """Schema 8: ``waits_gone`` is partial (ended waits only: a new wait writes no entry there), the queries by
-    end time still take it, and a database of schema 7 is moved to it on open with its waits kept."""
+def _old_database(path, version: int, waits: str):
+    """A state database made by the migrations up to ``version`` (as a spotctl of that schema left it), with
+    these ``waits`` rows (an SQL VALUES list)."""
     import sqlite3
 
     from spotctl.state import schema
 
-    old = tmp_path / "old.db"
-    c = sqlite3.connect(old, isolation_level=None)
+    c = sqlite3.connect(path, isolation_level=None)
     c.execute("PRAGMA journal_mode=WAL")
-    for v in range(1, 8):
+    for v in range(1, version + 1):
         for stmt in schema.statements(schema.MIGRATIONS[v]):
             c.execute(stmt)
-    c.execute("PRAGMA user_version=7")
-    c.execute("INSERT INTO waits VALUES ('k1', 'kubernetes', 50.0, 100.0, 160.0), ('s1', 'slurm', 60.0, 100.0, NULL)")
+    c.execute(f"PRAGMA user_version={version}")
+    c.execute(f"INSERT INTO waits VALUES {waits}")
     c.close()
+    return path
+
+
+def test_the_ended_waits_index_holds_ended_waits_only_and_an_old_database_moves_to_it(tmp_path):
+    """Schema 8: ``waits_gone`` is partial (ended waits only: a new wait writes no entry there), the queries by
+    end time still take it, and a database of schema 7 is moved to it on open with its waits kept."""
+    from spotctl.state import schema
+
+    old = _old_database(tmp_path / "old.db", 7, "('k1', 'kubernetes', 50.0, 100.0, 160.0), ('s1', 'slurm', 60.0, "
+                        "100.0, NULL)")
     s = Store.open(old, "r")
     try:
         assert s.conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION >= 8
@@ -118,20 +127,8 @@ def test_waits_left_open_by_schema_8_move_into_chunks_and_keep_their_times(tmp_p
     """A database of schema 8 keeps its open waits as rows: the next pass moves those still pending into a
     chunk (their submit and first-seen times kept) and ends the others, once; a report before that pass reads
     them as they are."""
-    import sqlite3
-
-    from spotctl.state import schema
-
-    old = tmp_path / "old.db"
-    c = sqlite3.connect(old, isolation_level=None)
-    c.execute("PRAGMA journal_mode=WAL")
-    for v in range(1, 9):
-        for stmt in schema.statements(schema.MIGRATIONS[v]):
-            c.execute(stmt)
-    c.execute("PRAGMA user_version=8")
-    c.execute("INSERT INTO waits VALUES ('k1', 'kubernetes', 50.0, 100.0, NULL), ('k2', 'kubernetes', 55.0, 100.0, "
-              "NULL), ('s1', 'slurm', 60.0, 100.0, NULL), ('k0', 'kubernetes', 10.0, 20.0, 90.0)")
-    c.close()
+    old = _old_database(tmp_path / "old.db", 8, "('k1', 'kubernetes', 50.0, 100.0, NULL), ('k2', 'kubernetes', "
+                        "55.0, 100.0, NULL), ('s1', 'slurm', 60.0, 100.0, NULL), ('k0', 'kubernetes', 10.0, 20.0, 90.0)")
     s = Store.open(old, "r")
     try:
         before = _open(s)
